@@ -1,0 +1,111 @@
+"""The fixed data contracts of ../shared/ARCHITECTURE.md, as code.
+
+Everything here is plain Python (no Spark, no Dagster) so that every layer can import it.
+Column types are written as Spark SQL DDL strings; ``spark_jobs`` turns them into schemas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ENTITY_TYPES: tuple[str, ...] = ("user", "ad", "campaign", "advertiser", "product", "category")
+#: Entity types that carry content (text / image / attributes) and get world-knowledge embeddings.
+CONTENT_ENTITY_TYPES: tuple[str, ...] = ("ad", "campaign", "advertiser", "product", "category")
+#: Default funnel, shallow to deep. Configurable through ``IngestionConfig.funnel``.
+DEFAULT_FUNNEL: tuple[str, ...] = ("impression", "click", "add_to_cart", "conversion")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a source table.
+
+    Args:
+        name: column name.
+        ddl: Spark SQL type of the accepted (bronze) column.
+        required: a null here sends the row to quarantine.
+        accepts: Spark type names (``DataType.typeName()``) a source may supply for this column;
+            anything else is a schema error that stops the run before anything is written.
+    """
+
+    name: str
+    ddl: str
+    required: bool
+    accepts: tuple[str, ...]
+
+
+_STR = ("string",)
+_TS = ("timestamp", "timestamp_ntz", "date", "string")
+_NUM = ("double", "float", "integer", "long", "short", "byte", "decimal")
+
+SOURCE_TABLES: dict[str, tuple[Column, ...]] = {
+    "entities": (
+        Column("entity_id", "string", True, _STR),
+        Column("entity_type", "string", True, _STR),
+        Column("title", "string", False, _STR),
+        Column("description", "string", False, _STR),
+        Column("image_uri", "string", False, _STR),
+        Column("attributes", "string", False, _STR),
+        Column("created_at", "timestamp", False, _TS),
+    ),
+    "relations": (
+        Column("src_id", "string", True, _STR),
+        Column("dst_id", "string", True, _STR),
+        Column("relation", "string", True, _STR),
+        Column("weight", "double", False, _NUM),
+    ),
+    "events": (
+        Column("event_id", "string", False, _STR),
+        Column("user_id", "string", True, _STR),
+        Column("entity_id", "string", True, _STR),
+        Column("event_type", "string", True, _STR),
+        Column("event_ts", "timestamp", True, _TS),
+        Column("value", "double", False, _NUM),
+    ),
+}
+
+#: Bronze events carry the derived partition column.
+EVENT_DATE_COLUMN = "event_date"
+
+
+class QuarantineReason:
+    """Why a source row was not accepted. Stored verbatim in ``quarantine.reason``."""
+
+    MISSING_REQUIRED_FIELD = "missing_required_field"
+    UNKNOWN_ENTITY_TYPE = "unknown_entity_type"
+    UNKNOWN_EVENT_TYPE = "unknown_event_type"
+    UNPARSEABLE_TIMESTAMP = "unparseable_timestamp"
+    INVALID_VALUE = "invalid_value"
+    DANGLING_REFERENCE = "dangling_reference"
+    DUPLICATE_EVENT_ID = "duplicate_event_id"
+    DUPLICATE_ENTITY_ID = "duplicate_entity_id"
+    DUPLICATE_ENTITY_ID_CONFLICT = "duplicate_entity_id_conflict"
+    DUPLICATE_RELATION = "duplicate_relation"
+
+
+QUARANTINE_DDL = "source_table string, reason string, detail string, raw string, run_date date"
+
+#: Output tables (ARCHITECTURE.md "Output contract"); every one is partitioned by run_date.
+OUTPUT_TABLES: tuple[str, ...] = (
+    "node_embeddings",
+    "cluster_assignments",
+    "interest_supergraph",
+    "cluster_profiles",
+)
+#: Every Delta table the lake knows, by logical name.
+LAKE_TABLES: tuple[str, ...] = (
+    "entities",
+    "relations",
+    "events",
+    "quarantine",
+    "graph_nodes",
+    "graph_edges",
+    "graph_views",
+    "content_embeddings",
+    *OUTPUT_TABLES,
+    "evaluation_metrics",
+)
+
+
+def source_ddl(table: str) -> str:
+    """Spark DDL of an accepted source table (``entities``, ``relations`` or ``events``)."""
+    return ", ".join(f"{c.name} {c.ddl}" for c in SOURCE_TABLES[table])

@@ -1,0 +1,1 @@
+"""Distributed data jobs: pure functions from DataFrames to DataFrames (no Dagster here)."""

@@ -1,0 +1,108 @@
+"""Building a Delta-enabled SparkSession, with the Delta jars cached for offline runs.
+
+The jars are resolved once from Maven Central by Spark's own Ivy resolver in a child process
+(the parent JVM must start with them on its classpath), then copied into ``<cache>/jars``. Every
+later session puts those files on ``spark.jars`` directly and needs no network.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from hir_pipeline.settings import DELTA_VERSION, SCALA_BINARY_VERSION
+
+log = logging.getLogger(__name__)
+
+DELTA_PACKAGE = f"io.delta:delta-spark_{SCALA_BINARY_VERSION}:{DELTA_VERSION}"
+#: Jars Delta needs beyond Spark's own (delta-spark depends on delta-storage; antlr comes with Spark).
+DELTA_JARS = (
+    f"io.delta_delta-spark_{SCALA_BINARY_VERSION}-{DELTA_VERSION}.jar",
+    f"io.delta_delta-storage-{DELTA_VERSION}.jar",
+)
+
+#: Settings every session gets: Delta, UTC (run dates are UTC dates), modest local parallelism.
+BASE_CONF: dict[str, str] = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.adaptive.enabled": "true",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.databricks.delta.schema.autoMerge.enabled": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+_RESOLVE_SCRIPT = """
+import sys
+from pyspark.sql import SparkSession
+s = (SparkSession.builder.master("local[1]").appName("hir-resolve-delta-jars")
+     .config("spark.jars.packages", sys.argv[1]).config("spark.jars.ivy", sys.argv[2])
+     .config("spark.ui.enabled", "false").getOrCreate())
+s.stop()
+"""
+
+
+class DeltaJarsUnavailable(RuntimeError):
+    """The Delta jars are neither cached nor resolvable (offline on a fresh machine)."""
+
+
+def ensure_delta_jars(cache_dir: Path) -> list[Path]:
+    """Return the cached Delta jars, resolving them from Maven Central the first time.
+
+    Args:
+        cache_dir: the project cache (``hir_pipeline.settings.cache_dir()``); jars go to
+            ``cache_dir/jars`` and Ivy's own cache to ``cache_dir/ivy``.
+    """
+    jars_dir = cache_dir / "jars"
+    wanted = [jars_dir / name for name in DELTA_JARS]
+    if all(p.exists() for p in wanted):
+        return wanted
+    ivy_dir = cache_dir / "ivy"
+    ivy_dir.mkdir(parents=True, exist_ok=True)
+    log.info("Resolving %s into %s (one time, needs Maven Central)", DELTA_PACKAGE, ivy_dir)
+    proc = subprocess.run(
+        [sys.executable, "-c", _RESOLVE_SCRIPT, DELTA_PACKAGE, str(ivy_dir)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYSPARK_SUBMIT_ARGS": ""} if "PYSPARK_SUBMIT_ARGS" in os.environ else None,
+    )
+    resolved = [ivy_dir / "jars" / name for name in DELTA_JARS]
+    if proc.returncode != 0 or not all(p.exists() for p in resolved):
+        raise DeltaJarsUnavailable(
+            f"Could not resolve {DELTA_PACKAGE} from Maven Central into {ivy_dir}: "
+            f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'no jars produced'}"
+        )
+    jars_dir.mkdir(parents=True, exist_ok=True)
+    for src, dst in zip(resolved, wanted, strict=True):
+        shutil.copy2(src, dst)
+    return wanted
+
+
+def build_spark_session(
+    *,
+    jars: list[Path],
+    master: str = "local[*]",
+    app_name: str = "hir-pipeline",
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Create (or return the running) Delta-enabled SparkSession.
+
+    Args:
+        jars: Delta jars from :func:`ensure_delta_jars`.
+        master: Spark master URL, e.g. ``local[*]`` or ``spark://host:7077``.
+        app_name: application name shown in the Spark UI.
+        conf: extra Spark settings; they override :data:`BASE_CONF`.
+    """
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = {**BASE_CONF, "spark.jars": ",".join(str(j) for j in jars), **(conf or {})}
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

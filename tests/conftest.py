@@ -1,0 +1,32 @@
+"""Shared fixtures: one real local SparkSession with Delta for the whole test session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from hir_pipeline.settings import cache_dir
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """A real Delta-enabled local SparkSession (2 cores, small shuffles: unit-test sized data)."""
+    from spark_jobs.session import build_spark_session, ensure_delta_jars
+
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    session = build_spark_session(
+        jars=ensure_delta_jars(cache_dir()),
+        master=os.environ.get("HIR_TEST_SPARK_MASTER", "local[2]"),
+        app_name="hir-tests",
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.driver.memory": "3g",
+            "spark.ui.enabled": "false",
+            "spark.sql.warehouse.dir": str(warehouse),
+        },
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
