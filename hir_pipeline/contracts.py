@@ -109,3 +109,36 @@ LAKE_TABLES: tuple[str, ...] = (
 def source_ddl(table: str) -> str:
     """Spark DDL of an accepted source table (``entities``, ``relations`` or ``events``)."""
     return ", ".join(f"{c.name} {c.ddl}" for c in SOURCE_TABLES[table])
+
+
+# --- Graph tables (written by spark_jobs.graph, read by the model) -------------------------------
+#
+# graph_nodes: node_idx long (dense 0..N-1, stable for a given run), entity_id string, entity_type string,
+#   node_type int (index into ENTITY_TYPES), has_history boolean (took part in any event edge),
+#   degree long, weighted_degree double, degree_by_type map<string,long>, degree_bucket int
+#   (0..DEGREE_BUCKETS-1, log2 buckets), centrality_bucket int, run_date date.
+# graph_edges: src_idx long, dst_idx long, src_id string, dst_id string, edge_type string,
+#   edge_type_id int (1-based, see EDGE_TYPES), weight double (> 0, finite), n_events long, run_date date.
+#   Edges are directed; every edge type has its reverse type, so the graph is stored symmetrically.
+# graph_views: anchor_idx long, anchor_id string, view string ("broad" | "narrow"),
+#   nodes array<long> (node_idx, nodes[0] == anchor_idx), node_types array<tinyint>,
+#   dist binary (n*n int8 row-major; 0..max_dist, UNREACHABLE = max_dist + 1),
+#   edge_types binary (n*n uint8 row-major; 0 = not directly connected, else edge_type_id),
+#   truncated boolean (fan-out was capped), run_date date.
+#   Compact small-integer arrays, never dense float matrices.
+
+DEGREE_BUCKETS = 16
+#: View names; the teacher sees the broad one, the student the narrow one.
+VIEW_BROAD, VIEW_NARROW = "broad", "narrow"
+
+
+def edge_type_vocabulary(funnel: tuple[str, ...] = DEFAULT_FUNNEL,
+                         relations: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Edge types in id order (id = position + 1; 0 means "no edge").
+
+    Event edges are typed by the deepest funnel stage reached (user -> item) and reversed
+    (item -> user, ``rev_`` prefix); catalog relations likewise. Relations are sorted so the ids
+    do not depend on the order rows arrive in.
+    """
+    forward = [*funnel, *sorted(set(relations))]
+    return tuple(t for name in forward for t in (name, f"rev_{name}"))

@@ -1,0 +1,219 @@
+"""Row-level validation of source tables into accepted (bronze) rows and quarantined rows.
+
+Each ``label_*`` function returns the conformed source rows with two extra columns, ``_reason``
+(null when the row is accepted, else a :class:`~hir_pipeline.contracts.QuarantineReason`) and
+``_detail`` (a human-readable explanation). :func:`accepted` and :func:`quarantined` split the
+labelled frame, so accepted + quarantined = read by construction; the asset check re-counts it.
+Reasons are checked in a fixed order and a row gets the first that applies.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, StringType
+
+from hir_pipeline.contracts import (
+    DEFAULT_FUNNEL,
+    ENTITY_TYPES,
+    EVENT_DATE_COLUMN,
+    SOURCE_TABLES,
+    QuarantineReason,
+)
+from spark_jobs.source_reader import RAW_COLUMN
+
+R = QuarantineReason
+REASON, DETAIL = "_reason", "_detail"
+
+
+@dataclass(frozen=True)
+class EventWindow:
+    """Which event dates a run reads: one day (nightly) or everything up to a date (backfill).
+
+    Args:
+        end: the run date; events after it are not read by this run.
+        start: first date read; ``None`` reads all history (a backfill).
+    """
+
+    end: dt.date
+    start: dt.date | None = None
+
+    @classmethod
+    def day(cls, day: dt.date) -> EventWindow:
+        return cls(end=day, start=day)
+
+
+def as_timestamp(df: DataFrame, name: str) -> Column:
+    """The column as a UTC timestamp; unparseable strings become null (never an error)."""
+    dtype = df.schema[name].dataType
+    if isinstance(dtype, StringType):
+        return F.try_to_timestamp(F.col(name))
+    if isinstance(dtype, DateType):
+        return F.col(name).cast("timestamp")
+    return F.col(name).cast("timestamp")
+
+
+def _first_missing(table: str) -> Column:
+    """Name of the first required column that is null, or null."""
+    required = [c.name for c in SOURCE_TABLES[table] if c.required]
+    return F.coalesce(*[F.when(F.col(c).isNull(), F.lit(c)) for c in required])
+
+
+def _bad_number(col: str) -> Column:
+    c = F.col(col).cast("double")
+    return F.isnan(c) | (F.abs(c) == float("inf"))
+
+
+def _label(df: DataFrame, rules: list[tuple[Column, str, Column]]) -> DataFrame:
+    """Apply ``(condition, reason, detail)`` rules in order to rows not yet labelled."""
+    reason, detail = F.col(REASON), F.col(DETAIL)
+    for cond, why, text in rules:
+        hit = reason.isNull() & F.coalesce(cond, F.lit(False))
+        df = df.withColumn(DETAIL, F.when(hit, text).otherwise(detail))
+        df = df.withColumn(REASON, F.when(hit, F.lit(why)).otherwise(reason))
+    return df
+
+
+def _start(df: DataFrame) -> DataFrame:
+    return df.withColumn(REASON, F.lit(None).cast("string")).withColumn(DETAIL, F.lit(None).cast("string"))
+
+
+def content_hash(*cols: str) -> Column:
+    """SHA-256 over the given columns (nulls distinguished from empty strings)."""
+    return F.sha2(F.concat_ws("\u0001", *[F.coalesce(F.col(c).cast("string"), F.lit("\u0000")) for c in cols]), 256)
+
+
+def label_entities(raw: DataFrame, entity_types: tuple[str, ...] = ENTITY_TYPES) -> DataFrame:
+    """Label entity rows. An ``entity_id`` seen more than once keeps one row (the latest
+    ``created_at``): exact copies go to quarantine as ``duplicate_entity_id``, conflicting ones as
+    ``duplicate_entity_id_conflict``."""
+    df = _start(raw.withColumn("_created", as_timestamp(raw, "created_at")))
+    missing = _first_missing("entities")
+    attrs = F.trim(F.col("attributes"))
+    df = _label(df, [
+        (missing.isNotNull(), R.MISSING_REQUIRED_FIELD, F.concat(F.lit("missing "), missing)),
+        (~F.col("entity_type").isin(*entity_types), R.UNKNOWN_ENTITY_TYPE,
+         F.concat(F.lit("entity_type '"), F.col("entity_type"), F.lit("' is not one of " + ",".join(entity_types)))),
+        (F.col("created_at").isNotNull() & F.col("_created").isNull(), R.UNPARSEABLE_TIMESTAMP,
+         F.concat(F.lit("created_at '"), F.col("created_at").cast("string"), F.lit("'"))),
+        (F.col("attributes").isNotNull() & (~attrs.startswith("{") | F.get_json_object(attrs, "$").isNull()),
+         R.INVALID_VALUE, F.lit("attributes is not a JSON object")),
+    ])
+    df = df.withColumn("_hash", content_hash("entity_type", "title", "description", "image_uri", "attributes"))
+    valid = F.col(REASON).isNull()
+    by_id = Window.partitionBy("entity_id", valid)
+    rank = F.row_number().over(by_id.orderBy(F.col("_created").desc_nulls_last(), F.col("_hash").desc()))
+    variants = F.size(F.collect_set("_hash").over(by_id))
+    df = df.withColumn("_rank", rank).withColumn("_variants", variants)
+    df = _label(df, [
+        ((F.col("_rank") > 1) & (F.col("_variants") > 1), R.DUPLICATE_ENTITY_ID_CONFLICT,
+         F.concat(F.lit("conflicts with the kept row of "), F.col("entity_id"), F.lit(" (latest created_at wins)"))),
+        (F.col("_rank") > 1, R.DUPLICATE_ENTITY_ID, F.lit("exact copy of another row")),
+    ])
+    return df.withColumn("created_at", F.col("_created")).drop("_created", "_hash", "_rank", "_variants")
+
+
+def label_relations(raw: DataFrame, known_ids: DataFrame) -> DataFrame:
+    """Label relation rows against ``known_ids`` (one column ``entity_id``: every accepted entity)."""
+    df = _start(raw.withColumn("weight", F.coalesce(F.col("weight").cast("double"), F.lit(1.0))))
+    ids = known_ids.select(F.col("entity_id").alias("_id")).distinct()
+    df = (
+        df.join(ids.withColumn("_src_ok", F.lit(True)), F.col("src_id") == F.col("_id"), "left").drop("_id")
+        .join(ids.withColumn("_dst_ok", F.lit(True)), F.col("dst_id") == F.col("_id"), "left").drop("_id")
+    )
+    missing = _first_missing("relations")
+    df = _label(df, [
+        (missing.isNotNull(), R.MISSING_REQUIRED_FIELD, F.concat(F.lit("missing "), missing)),
+        (F.col("_src_ok").isNull(), R.DANGLING_REFERENCE,
+         F.concat(F.lit("src_id '"), F.col("src_id"), F.lit("' is not an entity"))),
+        (F.col("_dst_ok").isNull(), R.DANGLING_REFERENCE,
+         F.concat(F.lit("dst_id '"), F.col("dst_id"), F.lit("' is not an entity"))),
+        (_bad_number("weight") | (F.col("weight") <= 0), R.INVALID_VALUE,
+         F.concat(F.lit("weight "), F.col("weight").cast("string"), F.lit(" is not finite and positive"))),
+    ])
+    valid = F.col(REASON).isNull()
+    rank = F.row_number().over(
+        Window.partitionBy("src_id", "dst_id", "relation", valid).orderBy(F.col(RAW_COLUMN))
+    )
+    df = _label(df.withColumn("_rank", rank), [
+        (F.col("_rank") > 1, R.DUPLICATE_RELATION, F.lit("same (src_id, dst_id, relation) as an earlier row")),
+    ])
+    return df.drop("_src_ok", "_dst_ok", "_rank")
+
+
+def label_events(
+    raw: DataFrame,
+    entities: DataFrame,
+    window: EventWindow,
+    funnel: tuple[str, ...] = DEFAULT_FUNNEL,
+) -> DataFrame:
+    """Label the event rows this run reads.
+
+    Args:
+        raw: conformed source events.
+        entities: every accepted entity (``entity_id``, ``entity_type``).
+        window: the dates this run reads. Rows with a parseable timestamp outside it are not read
+            (they belong to another run); rows whose timestamp is missing or unparseable cannot be
+            placed on a day, so every run reads and quarantines them.
+        funnel: accepted event types, shallow to deep.
+    """
+    ts = as_timestamp(raw, "event_ts")
+    df = raw.withColumn("_ts", ts).withColumn(EVENT_DATE_COLUMN, F.to_date(F.col("_ts")))
+    in_window = F.col(EVENT_DATE_COLUMN) <= F.lit(window.end)
+    if window.start is not None:
+        in_window &= F.col(EVENT_DATE_COLUMN) >= F.lit(window.start)
+    df = _start(df.where(F.col("_ts").isNull() | in_window))
+    users = entities.where(F.col("entity_type") == "user").select(F.col("entity_id").alias("_u"))
+    items = entities.where(F.col("entity_type") != "user").select(F.col("entity_id").alias("_i"))
+    df = (
+        df.join(users.withColumn("_user_ok", F.lit(True)), F.col("user_id") == F.col("_u"), "left").drop("_u")
+        .join(items.withColumn("_item_ok", F.lit(True)), F.col("entity_id") == F.col("_i"), "left").drop("_i")
+    )
+    missing = _first_missing("events")
+    df = _label(df, [
+        (missing.isNotNull(), R.MISSING_REQUIRED_FIELD, F.concat(F.lit("missing "), missing)),
+        (~F.col("event_type").isin(*funnel), R.UNKNOWN_EVENT_TYPE,
+         F.concat(F.lit("event_type '"), F.col("event_type"), F.lit("' is not one of " + ",".join(funnel)))),
+        (F.col("_ts").isNull(), R.UNPARSEABLE_TIMESTAMP,
+         F.concat(F.lit("event_ts '"), F.col("event_ts").cast("string"), F.lit("'"))),
+        (F.col("value").isNotNull() & _bad_number("value"), R.INVALID_VALUE, F.lit("value is not finite")),
+        (F.col("_user_ok").isNull(), R.DANGLING_REFERENCE,
+         F.concat(F.lit("user_id '"), F.col("user_id"), F.lit("' is not an entity of type user"))),
+        (F.col("_item_ok").isNull(), R.DANGLING_REFERENCE,
+         F.concat(F.lit("entity_id '"), F.col("entity_id"), F.lit("' is not a non-user entity"))),
+    ])
+    derived_id = F.concat(F.lit("derived:"), content_hash("user_id", "entity_id", "event_type", "_ts", "value"))
+    df = df.withColumn("event_id", F.coalesce(F.col("event_id"), derived_id))
+    valid = F.col(REASON).isNull()
+    rank = F.row_number().over(Window.partitionBy("event_id", valid).orderBy(F.col(RAW_COLUMN)))
+    df = _label(df.withColumn("_rank", rank), [
+        (F.col("_rank") > 1, R.DUPLICATE_EVENT_ID,
+         F.concat(F.lit("event_id '"), F.col("event_id"), F.lit("' already accepted"))),
+    ])
+    return (
+        df.withColumn("event_ts", F.col("_ts"))
+        .withColumn("value", F.col("value").cast("double"))
+        .drop("_ts", "_user_ok", "_item_ok", "_rank")
+    )
+
+
+def accepted(labelled: DataFrame, table: str) -> DataFrame:
+    """Accepted rows with the bronze schema (contract columns, typed; events add ``event_date``)."""
+    cols = [F.col(c.name).cast(c.ddl).alias(c.name) for c in SOURCE_TABLES[table]]
+    if table == "events":
+        cols.append(F.col(EVENT_DATE_COLUMN))
+    return labelled.where(F.col(REASON).isNull()).select(*cols)
+
+
+def quarantined(labelled: DataFrame, table: str, run_date: dt.date) -> DataFrame:
+    """Quarantined rows in the ``quarantine`` table's schema (contracts.QUARANTINE_DDL)."""
+    return labelled.where(F.col(REASON).isNotNull()).select(
+        F.lit(table).alias("source_table"),
+        F.col(REASON).alias("reason"),
+        F.col(DETAIL).alias("detail"),
+        F.col(RAW_COLUMN).alias("raw"),
+        F.lit(run_date).alias("run_date"),
+    )
