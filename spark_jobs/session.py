@@ -101,6 +101,8 @@ def build_spark_session(
         app_name: application name shown in the Spark UI.
         conf: extra Spark settings; they override :data:`BASE_CONF`.
     """
+    # Python workers (pandas UDFs, mapInPandas) must run this interpreter, not whatever is on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = {**BASE_CONF, "spark.jars": ",".join(str(j) for j in jars), **(conf or {})}
     for key, value in settings.items():

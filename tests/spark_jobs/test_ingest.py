@@ -64,7 +64,8 @@ def test_relation_reasons(spark):
         ("a1", "p2", "ad_promotes_product", -1.0),  # invalid weight
         ("a1", "p2", "ad_promotes_product", float("nan")),  # invalid weight
     ]
-    raw = conform("relations", spark.createDataFrame(rows, "src_id string, dst_id string, relation string, weight double"))
+    schema = "src_id string, dst_id string, relation string, weight double"
+    raw = conform("relations", spark.createDataFrame(rows, schema))
     labelled = label_relations(raw, known)
     ok, bad = accepted(labelled, "relations"), quarantined(labelled, "relations", RUN)
     assert ok.count() + bad.count() == raw.count() == 6
