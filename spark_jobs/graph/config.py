@@ -1,0 +1,78 @@
+"""Configuration of the interaction graph and its sampled views (one frozen dataclass)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hir_pipeline.contracts import DEFAULT_FUNNEL
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """How the typed, weighted, time-decayed interaction graph and its views are built.
+
+    Args:
+        funnel: event types, shallow to deep (``contracts.DEFAULT_FUNNEL``). A user -> entity edge is typed by
+            the deepest stage the user reached on that entity.
+        stage_weights: weight of one event of each funnel stage, aligned with ``funnel``
+            (default impression 0.1, click 1, add_to_cart 3, conversion 10).
+        half_life_days: half life of the exponential time decay ``2 ** (-age_days / half_life_days)``; age is
+            counted in whole days from the event date to the run date (never the wall clock).
+        lookback_days: only events with ``run_date - lookback_days < event_date <= run_date`` are used;
+            ``None`` (default) applies no window: decay down-weights old activity, it never removes it.
+        broad_fanout: neighbours sampled per node at each hop of the broad (teacher) view; its length is the
+            number of hops (default 2 hops: 16 then 4 per node).
+        narrow_fanout: same for the narrow (student) view (default 1 hop of 8).
+        max_dist: shortest-path distances are truncated here; unreachable pairs get ``max_dist + 1``.
+        max_view_nodes: hard cap on the nodes of one view (anchor included); nodes sampled at later hops and
+            with larger sampling keys are dropped first and the view is marked ``truncated``.
+        hub_cap: at most this many candidate neighbours of one node are considered when sampling from it
+            (chosen once per node by a seeded weighted sample), so a hub with 1e5 events costs ``hub_cap``
+            rows per visit, not 1e5.
+        centrality_buckets: number of weighted-degree quantile buckets in ``graph_nodes.centrality_bucket``.
+        seed: seed of every sampling decision (hash-based, so results do not depend on partitioning).
+    """
+
+    funnel: tuple[str, ...] = DEFAULT_FUNNEL
+    stage_weights: tuple[float, ...] = (0.1, 1.0, 3.0, 10.0)
+    half_life_days: float = 30.0
+    lookback_days: int | None = None
+    broad_fanout: tuple[int, ...] = (16, 4)
+    narrow_fanout: tuple[int, ...] = (8,)
+    max_dist: int = 4
+    max_view_nodes: int = 96
+    hub_cap: int = 32
+    centrality_buckets: int = 10
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.stage_weights) != len(self.funnel):
+            raise ValueError(f"stage_weights has {len(self.stage_weights)} entries for {len(self.funnel)} stages")
+        if any(not w > 0 for w in self.stage_weights):
+            raise ValueError("stage_weights must be positive")
+        if not self.half_life_days > 0:
+            raise ValueError("half_life_days must be positive")
+        if self.lookback_days is not None and self.lookback_days < 1:
+            raise ValueError("lookback_days must be >= 1 or None")
+        for name in ("broad_fanout", "narrow_fanout"):
+            fan = getattr(self, name)
+            if not fan or any(k < 1 for k in fan):
+                raise ValueError(f"{name} needs at least one hop with fan-out >= 1")
+        if not 1 <= self.max_dist <= 126:
+            raise ValueError("max_dist must be in 1..126 (distances are stored as int8)")
+        if self.max_view_nodes < 1 or self.hub_cap < 1 or self.centrality_buckets < 1:
+            raise ValueError("max_view_nodes, hub_cap and centrality_buckets must be >= 1")
+
+    @property
+    def broad_hops(self) -> int:
+        return len(self.broad_fanout)
+
+    @property
+    def narrow_hops(self) -> int:
+        return len(self.narrow_fanout)
+
+    def views(self) -> dict[str, tuple[int, ...]]:
+        """Fan-out per hop of every view, by view name (``contracts.VIEW_BROAD`` / ``VIEW_NARROW``)."""
+        from hir_pipeline.contracts import VIEW_BROAD, VIEW_NARROW
+
+        return {VIEW_BROAD: self.broad_fanout, VIEW_NARROW: self.narrow_fanout}
