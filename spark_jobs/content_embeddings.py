@@ -1,0 +1,210 @@
+"""World-knowledge content embeddings of catalogue entities, as Spark Arrow batch inference.
+
+:func:`embed_content` turns the bronze ``entities`` table (and the previous ``content_embeddings`` snapshot)
+into the new snapshot: one row per content entity (ad, campaign, advertiser, product, category) that has any
+content, with its text, image, attribute and fused vectors (see :mod:`hir_pipeline.embedding`).
+
+How it stays cheap:
+
+* **Incremental.** Each entity's content hash (a Spark SQL expression, no Python) and the model identifier are
+  compared with the previous snapshot; unchanged entities are copied from it and never reach a model. A model
+  or setting change changes the identifier and so re-embeds everything.
+* **Batch inference with ``mapInPandas``.** Rows to embed are spread over ``num_partitions`` partitions
+  (default: the cluster's parallelism, one model replica per core) and sorted by text length inside each
+  partition, so every Arrow batch and every model batch holds texts of similar length (little padding). Each
+  Python worker loads the models once (process-wide cache keyed by the config; Spark reuses Python workers) and
+  reads the model files on the worker itself - only the config travels in the closure.
+
+The embedding result is persisted (memory and disk) while the counts are taken, so the models run exactly once
+per call; the caller writes the returned frame and may then ``unpersist()`` it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+
+import pandas as pd
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
+from hir_pipeline.embedding.config import EmbeddingConfig
+from hir_pipeline.embedding.content_hash import CONTENT_FIELDS, model_identifier
+
+log = logging.getLogger(__name__)
+
+#: Schema of the ``content_embeddings`` table.
+CONTENT_EMBEDDINGS_DDL = (
+    "entity_id string, entity_type string, content_hash string, model_id string, "
+    "text_embedding array<float>, image_embedding array<float>, attributes_embedding array<float>, "
+    "embedding array<float>, image_error string, embedded_at_run date"
+)
+#: What the Python workers return (model_id and embedded_at_run are added as literals on the driver side).
+_WORKER_DDL = (
+    "entity_id string, entity_type string, content_hash string, text_embedding array<float>, "
+    "image_embedding array<float>, attributes_embedding array<float>, embedding array<float>, image_error string"
+)
+_OUTPUT_COLUMNS = [c.strip().split(" ")[0] for c in CONTENT_EMBEDDINGS_DDL.split(",")]
+
+STATUS_NEW, STATUS_CHANGED, STATUS_REUSED, STATUS_SKIPPED = "new", "changed", "reused", "skipped_no_content"
+
+
+def _nonblank(col: Column) -> Column:
+    return F.coalesce(F.length(F.regexp_replace(col, r"^\s+|\s+$", "")) > 0, F.lit(False))
+
+
+def has_content(entities: DataFrame) -> Column:
+    """True where an entity has a non-blank title, description or image URI, or a non-empty JSON object."""
+    attrs = F.coalesce(F.size(F.json_object_keys(F.col("attributes"))) > 0, F.lit(False))
+    return _nonblank(F.col("title")) | _nonblank(F.col("description")) | _nonblank(F.col("image_uri")) | attrs
+
+
+def content_hash_column() -> Column:
+    """SHA-256 of the length-prefixed content fields; equals :func:`hir_pipeline.embedding.content_hash`."""
+    parts = [
+        F.when(F.col(c).isNull(), F.lit("-1:")).otherwise(F.concat(F.char_length(c).cast("string"), F.lit(":"), c))
+        for c in CONTENT_FIELDS
+    ]
+    return F.sha2(F.concat(*parts), 256)
+
+
+def _ensure_worker_logging() -> None:
+    # Python workers start with no logging configured; progress goes to the executor's stderr log.
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s pid=%(process)d %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+
+
+def _vectors(values: list) -> list:
+    return [None if v is None else v.tolist() for v in values]
+
+
+def embed_partition(batches: Iterator[pd.DataFrame], config: EmbeddingConfig) -> Iterator[pd.DataFrame]:
+    """``mapInPandas`` body: embed each Arrow batch of one partition with the worker's cached models.
+
+    Args:
+        batches: Arrow batches with entity_id, entity_type, content_hash and the content columns, sorted by
+            text length (longest first) by the caller.
+        config: the embedding config (the only state shipped from the driver).
+    """
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one worker per core already; avoid oversubscription
+    from hir_pipeline.embedding.embedder import get_embedder
+
+    _ensure_worker_logging()
+    done = 0
+    for pdf in batches:
+        if pdf.empty:
+            continue
+        embedder = get_embedder(config)  # loaded on the first non-empty batch of this process, then cached
+        start = time.perf_counter()
+        out = embedder.embed(
+            *(pdf[c].astype(object).where(pdf[c].notna(), None).tolist() for c in CONTENT_FIELDS)
+        )
+        done += len(pdf)
+        log.info("embedded batch of %d entities (%d in this partition, %d image errors) in %.2fs",
+                 len(pdf), done, sum(e is not None for e in out.image_error), time.perf_counter() - start)
+        yield pd.DataFrame({
+            "entity_id": pdf["entity_id"].to_numpy(),
+            "entity_type": pdf["entity_type"].to_numpy(),
+            "content_hash": pdf["content_hash"].to_numpy(),
+            "text_embedding": _vectors(out.text),
+            "image_embedding": _vectors(out.image),
+            "attributes_embedding": _vectors(out.attributes),
+            "embedding": _vectors(out.fused),
+            "image_error": out.image_error,
+        })
+
+
+def embed_content(
+    entities: DataFrame,
+    previous: DataFrame | None,
+    config: EmbeddingConfig,
+    run_date: dt.date,
+) -> tuple[DataFrame, dict[str, int]]:
+    """Embed new and changed content entities; reuse unchanged ones from the previous snapshot.
+
+    Args:
+        entities: bronze entities (``contracts.source_ddl("entities")``); non-content types are ignored.
+        previous: the previous ``content_embeddings`` snapshot (:data:`CONTENT_EMBEDDINGS_DDL`), or ``None``.
+        config: models and settings; its :func:`~hir_pipeline.embedding.content_hash.model_identifier` decides
+            whether previous vectors are still valid (computed here, so the driver reads the model files too).
+        run_date: stored as ``embedded_at_run`` on rows embedded by this call (reused rows keep theirs).
+
+    Returns:
+        ``(snapshot, counts)``: the new snapshot (:data:`CONTENT_EMBEDDINGS_DDL`; persisted - see module doc) and
+        counts ``new``, ``changed``, ``reused``, ``skipped_no_content`` (content types without any content: no
+        row, never a zero vector), ``image_errors`` (images that could not be read; the entity keeps its other
+        modalities) and ``failed_no_embedding`` (entities whose only content was unusable, e.g. a broken image
+        alone: no row this run, retried next run).
+    """
+    model_id = model_identifier(config)
+    content = entities.where(F.col("entity_type").isin(list(CONTENT_ENTITY_TYPES))).select(
+        "entity_id", "entity_type", *CONTENT_FIELDS,
+        has_content(entities).alias("_has_content"),
+        content_hash_column().alias("content_hash"),
+    )
+    if previous is not None:
+        prev_keys = previous.select(
+            "entity_id", F.col("content_hash").alias("_prev_hash"), F.col("model_id").alias("_prev_model")
+        )
+        content = content.join(prev_keys, "entity_id", "left")
+    else:
+        content = content.withColumn("_prev_hash", F.lit(None).cast("string")).withColumn(
+            "_prev_model", F.lit(None).cast("string"))
+    labelled = content.withColumn(
+        "_status",
+        F.when(~F.col("_has_content"), F.lit(STATUS_SKIPPED))
+        .when(F.col("_prev_hash").isNull(), F.lit(STATUS_NEW))
+        .when((F.col("_prev_hash") == F.col("content_hash")) & (F.col("_prev_model") == F.lit(model_id)),
+              F.lit(STATUS_REUSED))
+        .otherwise(F.lit(STATUS_CHANGED)),
+    ).select("entity_id", "entity_type", *CONTENT_FIELDS, "content_hash", "_status").persist(
+        StorageLevel.MEMORY_AND_DISK)
+    counts = {s: 0 for s in (STATUS_NEW, STATUS_CHANGED, STATUS_REUSED, STATUS_SKIPPED)}
+    counts.update({r["_status"]: int(r["count"]) for r in labelled.groupBy("_status").count().collect()})
+
+    to_embed = labelled.where(F.col("_status").isin(STATUS_NEW, STATUS_CHANGED)).drop("_status")
+    n_partitions = config.num_partitions or entities.sparkSession.sparkContext.defaultParallelism
+    n_partitions = max(1, min(n_partitions, counts[STATUS_NEW] + counts[STATUS_CHANGED]))
+    text_len = F.char_length(F.coalesce("title", F.lit(""))) + F.char_length(F.coalesce("description", F.lit("")))
+    if counts[STATUS_NEW] + counts[STATUS_CHANGED]:
+        inferred = (
+            to_embed.repartition(n_partitions)
+            .sortWithinPartitions(text_len.desc())
+            .mapInPandas(functools.partial(embed_partition, config=config), schema=_WORKER_DDL)
+        )
+    else:  # nothing changed: no job, no model load
+        inferred = entities.sparkSession.createDataFrame([], _WORKER_DDL)
+    embedded = (
+        inferred.withColumn("model_id", F.lit(model_id))
+        .withColumn("embedded_at_run", F.lit(run_date).cast("date"))
+        .select(*_OUTPUT_COLUMNS)
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    stats = embedded.agg(
+        F.count(F.col("image_error")).alias("image_errors"),
+        F.count(F.when(F.col("embedding").isNull(), 1)).alias("failed"),
+    ).first()
+    counts["image_errors"] = int(stats["image_errors"])
+    counts["failed_no_embedding"] = int(stats["failed"])
+    log.info("content embeddings (model %s): %s", model_id, counts)
+
+    snapshot = embedded.where(F.col("embedding").isNotNull())
+    if previous is not None and counts[STATUS_REUSED]:
+        reused = (
+            labelled.where(F.col("_status") == STATUS_REUSED).select("entity_id", "entity_type")
+            .join(previous.drop("entity_type"), "entity_id")
+            .select(*_OUTPUT_COLUMNS)
+        )
+        snapshot = snapshot.unionByName(reused)
+    labelled.unpersist()
+    return snapshot, counts

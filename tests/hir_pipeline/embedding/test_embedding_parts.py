@@ -1,0 +1,112 @@
+"""Attribute hashing, modality fusion, content hash and model identifier."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hir_pipeline.embedding.attributes import encode_attributes, parse_attributes
+from hir_pipeline.embedding.config import EmbeddingConfig, FusionConfig
+from hir_pipeline.embedding.content_hash import content_hash, model_identifier
+from hir_pipeline.embedding.fusion import Fusion, orthonormal_projection
+from hir_pipeline.embedding.tiny import build_tiny_image_model, build_tiny_text_model
+
+
+def test_attributes_are_deterministic_unit_vectors():
+    raw = json.dumps({"brand": "Acme", "price": 19.99, "tags": ["sale", "summer"], "size": {"eu": 42}})
+    a, b = encode_attributes(raw, 64), encode_attributes(raw, 64)
+    assert a.shape == (64,) and a.dtype == np.float32
+    np.testing.assert_array_equal(a, b)
+    assert abs(np.linalg.norm(a) - 1) < 1e-6
+    # key order and case of string values do not matter
+    np.testing.assert_allclose(a, encode_attributes(json.dumps(
+        {"size": {"eu": 42}, "tags": ["SALE", "summer"], "price": 19.99, "brand": "acme"}), 64), atol=1e-6)
+
+
+def test_attributes_similarity_follows_shared_features():
+    base = encode_attributes('{"brand": "acme", "color": "red", "material": "leather", "price": 20}', 256)
+    near = encode_attributes('{"brand": "acme", "color": "red", "material": "leather", "price": 22}', 256)
+    far = encode_attributes('{"brand": "zeta", "color": "blue", "material": "cotton", "price": 900}', 256)
+    assert base @ near > 0.95 > base @ far
+
+
+@pytest.mark.parametrize("raw", [None, "", "   ", "{}", "[1, 2]", "not json", "3", '{"a": NaN}'])
+def test_attributes_without_features_give_no_vector(raw):
+    assert encode_attributes(raw, 16) is None
+
+
+def test_parse_attributes_only_accepts_objects():
+    assert parse_attributes('{"a": 1}') == {"a": 1}
+    assert parse_attributes("[1]") is None
+
+
+def test_fusion_has_fixed_width_and_weighted_cosine():
+    rng = np.random.default_rng(0)
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731
+    cfg = FusionConfig(text_weight=1.0, image_weight=2.0, attributes_weight=0.5, image_dim=None)
+    fusion = Fusion(text_dim=8, image_dim=6, attributes_dim=4, config=cfg)
+    t, i, a = unit(rng.standard_normal((2, 8))), unit(rng.standard_normal((2, 6))), unit(rng.standard_normal((2, 4)))
+    yes = np.ones(2, dtype=bool)
+    fused, ok = fusion(t, yes, i, yes, a, yes)
+    assert fused.shape == (2, 18) and ok.all()
+    np.testing.assert_allclose(np.linalg.norm(fused, axis=1), 1.0, atol=1e-6)
+    expected = (1.0 * t[0] @ t[1] + 2.0 * i[0] @ i[1] + 0.5 * a[0] @ a[1]) / 3.5
+    assert fused[0] @ fused[1] == pytest.approx(expected, abs=1e-5)
+
+
+def test_fusion_zero_slot_for_missing_modality_and_none_for_nothing():
+    fusion = Fusion(text_dim=3, image_dim=2, attributes_dim=2, config=FusionConfig(image_dim=None))
+    t = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1]], dtype=np.float32)
+    i = np.array([[1, 0], [0, 1], [1, 0]], dtype=np.float32)
+    a = np.array([[0, 1], [1, 0], [0, 1]], dtype=np.float32)
+    fused, ok = fusion(t, np.array([True, False, False]), i, np.array([False, True, False]),
+                       a, np.array([True, False, False]))
+    assert ok.tolist() == [True, True, False]
+    assert fused.shape == (3, 7)
+    np.testing.assert_allclose(fused[1], [0, 0, 0, 0, 1, 0, 0], atol=1e-6)  # image only: its slot, unit
+    np.testing.assert_allclose(fused[0, 3:5], 0)  # absent image slot stays zero
+    np.testing.assert_array_equal(fused[2], 0)
+
+
+def test_image_projection_is_orthonormal_and_reproducible():
+    p = orthonormal_projection(40, 8, seed=3)
+    np.testing.assert_allclose(p.T @ p, np.eye(8), atol=1e-5)
+    np.testing.assert_array_equal(p, orthonormal_projection(40, 8, seed=3))
+    assert not np.allclose(p, orthonormal_projection(40, 8, seed=4))
+    assert Fusion(4, 40, 2, FusionConfig(image_dim=8)).dim == 14
+    assert Fusion(4, 6, 2, FusionConfig(image_dim=8)).dim == 12  # never projects up
+
+
+def test_content_hash_sees_every_field_and_nulls():
+    base = content_hash("t", "d", "/img.png", '{"a": 1}')
+    assert base == content_hash("t", "d", "/img.png", '{"a": 1}')
+    others = {
+        content_hash("T", "d", "/img.png", '{"a": 1}'),
+        content_hash("t", "D", "/img.png", '{"a": 1}'),
+        content_hash("t", "d", "/img2.png", '{"a": 1}'),
+        content_hash("t", "d", "/img.png", '{"a": 2}'),
+        content_hash("t", "d", "/img.png", None),
+        content_hash("t", "d", "/img.png", ""),
+        content_hash("td", "", "/img.png", '{"a": 1}'),  # moving text between fields is a change
+    }
+    assert base not in others and len(others) == 7
+
+
+def test_model_identifier_tracks_models_and_output_settings(tmp_path):
+    a = str(build_tiny_text_model(tmp_path / "a", seed=0))
+    b = str(build_tiny_text_model(tmp_path / "b", seed=1))
+    image = str(build_tiny_image_model(tmp_path / "img"))
+    cfg_a = EmbeddingConfig(text_model=a, image_model=image)
+    assert model_identifier(cfg_a) == model_identifier(EmbeddingConfig(text_model=a, image_model=image))
+    assert model_identifier(cfg_a) != model_identifier(EmbeddingConfig(text_model=b, image_model=image))
+    assert model_identifier(cfg_a) != model_identifier(EmbeddingConfig(text_model=a, image_model=image,
+                                                                       max_text_length=64))
+    assert model_identifier(cfg_a) != model_identifier(EmbeddingConfig(
+        text_model=a, image_model=image, fusion=FusionConfig(attributes_weight=0.25)))
+    # speed-only settings do not force a re-embed
+    assert model_identifier(cfg_a) == model_identifier(EmbeddingConfig(text_model=a, image_model=image,
+                                                                       batch_size=7, num_partitions=3))
+    default = model_identifier(EmbeddingConfig())
+    assert "efficientnet-lite0@" in default and "len=256" in default
