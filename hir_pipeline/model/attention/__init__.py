@@ -1,0 +1,30 @@
+"""Structural attention for packed graph views (attention-gym style: one idea per module)."""
+
+from hir_pipeline.model.attention.chunked import chunked_structural_attention
+from hir_pipeline.model.attention.dense import dense_structural_attention, dense_structural_bias
+from hir_pipeline.model.attention.dispatch import resolve_backend, structural_attention
+from hir_pipeline.model.attention.layout import PackedLayout, build_layout
+from hir_pipeline.model.attention.masks import create_block_mask, create_view_block_mask, view_mask_mod
+from hir_pipeline.model.attention.score_mods import (
+    BiasTables,
+    layout_score_mod,
+    structural_bias,
+    structural_bias_score_mod,
+)
+
+__all__ = [
+    "BiasTables",
+    "PackedLayout",
+    "build_layout",
+    "chunked_structural_attention",
+    "create_block_mask",
+    "create_view_block_mask",
+    "dense_structural_attention",
+    "dense_structural_bias",
+    "layout_score_mod",
+    "resolve_backend",
+    "structural_attention",
+    "structural_bias",
+    "structural_bias_score_mod",
+    "view_mask_mod",
+]

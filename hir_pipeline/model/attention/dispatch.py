@@ -1,0 +1,106 @@
+"""``structural_attention``: one entry point, the right implementation per device and autograd state.
+
+* CUDA: compiled FlexAttention (fused Triton kernel, forward and backward, block-sparse view mask).
+* CPU, gradients needed: the chunked path (``chunked.py``), differentiable with bounded memory.
+* CPU, no gradients: compiled FlexAttention when ``compile_cpu`` is set, otherwise the chunked path.
+
+Why not eager FlexAttention on CPU: without ``torch.compile`` it materialises the full ``[B, H, S, S]`` score
+matrix plus int64 index grids of the same size, and it re-traces for every new shape; measured on this
+project's benchmark (``benchmarks/attention_bias.py``) it is several times slower than both the chunked path
+and the dense baseline. It stays available as ``backend="flex"`` (and is what tests compare against).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+from hir_pipeline.model.attention.chunked import chunked_structural_attention
+from hir_pipeline.model.attention.dense import dense_structural_attention
+from hir_pipeline.model.attention.layout import PackedLayout
+from hir_pipeline.model.attention.masks import create_view_block_mask
+from hir_pipeline.model.attention.score_mods import BiasTables, layout_score_mod
+
+BACKENDS = ("auto", "flex", "chunked", "dense")
+_COMPILED_FLEX = None
+
+
+def compiled_flex_attention():
+    """``torch.compile(flex_attention)``, compiled once per process.
+
+    Default (automatic) dynamic shapes: the first change of the packed length recompiles once with a dynamic
+    length, so variable-size batches do not trigger a compile per length.
+    """
+    global _COMPILED_FLEX
+    if _COMPILED_FLEX is None:
+        _COMPILED_FLEX = torch.compile(flex_attention)
+    return _COMPILED_FLEX
+
+
+def resolve_backend(backend: str, q: Tensor, needs_grad: bool, compile_cpu: bool = False) -> str:
+    """The implementation ``structural_attention`` runs for ``backend`` (``"auto"`` resolved).
+
+    Args:
+        backend: requested backend (one of ``BACKENDS``).
+        q: the query tensor (its device decides).
+        needs_grad: whether autograd has to differentiate through the attention.
+        compile_cpu: whether compiled FlexAttention may be used on CPU.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown attention backend {backend!r}; expected one of {BACKENDS}")
+    if backend != "auto":
+        return backend
+    if q.is_cuda or (compile_cpu and not needs_grad):
+        return "flex"
+    return "chunked"
+
+
+def structural_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    layout: PackedLayout,
+    tables: BiasTables,
+    num_node_types: int,
+    *,
+    backend: str = "auto",
+    block_mask: BlockMask | None = None,
+    scale: float | None = None,
+    block_size: int = 128,
+    compile_flex: bool | None = None,
+) -> Tensor:
+    """Multi-head attention with Graphormer structural biases over a packed batch of views.
+
+    Args:
+        q, k, v: ``[1, H, S, D]``.
+        layout: packed layout of the batch (``S == layout.seq_len``).
+        tables: per-head :class:`BiasTables`.
+        num_node_types: node-type vocabulary size.
+        backend: ``"auto"`` (see module docstring), ``"flex"``, ``"chunked"`` or ``"dense"`` (reference).
+        block_mask: precomputed view block mask (built from ``layout`` when ``None``); share it across layers.
+        scale: score scale, default ``1 / sqrt(D)``.
+        block_size: block size of the chunked path and of a block mask built here.
+        compile_flex: compile FlexAttention; default: on CUDA only. On CPU it also lets ``"auto"`` pick
+            FlexAttention for gradient-free calls.
+
+    Returns:
+        ``[1, H, S, D]``.
+    """
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *tables))
+    chosen = resolve_backend(backend, q, needs_grad, compile_cpu=bool(compile_flex))
+    if chosen == "chunked":
+        return chunked_structural_attention(q, k, v, layout, tables, num_node_types, scale=scale,
+                                            block_size=block_size)
+    if chosen == "dense":
+        return dense_structural_attention(q, k, v, layout, tables, num_node_types, scale=scale)
+    if block_mask is None:
+        block_mask = create_view_block_mask(layout, block_size)
+    if not needs_grad:
+        # CPU FlexAttention rejects inputs that require grad even under no_grad
+        q, k, v = q.detach(), k.detach(), v.detach()
+        tables = BiasTables(*(t.detach() for t in tables))
+    score_mod = layout_score_mod(tables, layout, num_node_types)
+    compile_flex = q.is_cuda if compile_flex is None else compile_flex
+    fn = compiled_flex_attention() if compile_flex else flex_attention
+    return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)

@@ -1,0 +1,136 @@
+"""Model and training configuration as plain frozen dataclasses.
+
+Every knob of the graph transformer (``hir_pipeline.model.encoder``), the prototype hierarchy
+(``hir_pipeline.model.hierarchy``), the self-distillation objective (``hir_pipeline.model.distillation``)
+and the training loop (``hir_pipeline.training.trainer``) lives here, with its default documented, so
+the orchestration layer can expose them unchanged as run config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hir_pipeline.contracts import DEGREE_BUCKETS, ENTITY_TYPES
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hierarchical graph transformer (Graphormer-style structural biases, Ying et al. 2021) trained by
+    DINO self-distillation (Caron et al. 2021).
+
+    Args:
+        hidden_dim: token width of the transformer.
+        num_layers: number of pre-LN transformer layers.
+        num_heads: attention heads (``hidden_dim`` must be divisible by it).
+        mlp_ratio: feed-forward width as a multiple of ``hidden_dim``.
+        out_dim: width of the published, L2-normalised node embedding (one space for all entity types).
+        content_dim: width ``Dc`` of the pretrained content embedding rows fed in (zero rows where absent).
+        num_node_types: size of the node-type vocabulary (``len(ENTITY_TYPES)``).
+        degree_buckets: number of degree buckets (``contracts.DEGREE_BUCKETS``).
+        id_buckets: hashed-ID embedding buckets, used only for nodes with interaction history.
+        max_dist: largest shortest-path distance stored in views; ``max_dist + 1`` means unreachable.
+        num_edge_types: edge-type vocabulary size excluding 0 ("no direct edge"); ids are 1..num_edge_types.
+        level_sizes: prototypes per hierarchy level, **coarsest first** so that model level ``i`` is
+            ``cluster_assignments.level == i`` (0 = coarsest). Each level must be at least as large as the
+            one before it.
+        student_temp: DINO student softmax temperature.
+        teacher_temp: DINO teacher softmax temperature (sharpening; lower = sharper).
+        center_momentum: EMA momentum of the teacher center (DINO centering).
+        teacher_target: ``"centering"`` (DINO center + sharpen) or ``"sinkhorn"`` (Sinkhorn-Knopp
+            balanced targets, SwAV / DINOv2 style).
+        sinkhorn_iters: Sinkhorn-Knopp iterations when ``teacher_target == "sinkhorn"``.
+        engagement_temp: temperature of the engagement InfoNCE loss.
+        engagement_weight: weight of the engagement loss relative to the summed DINO losses.
+        dropout: dropout on attention output and feed-forward.
+        node_dropout: probability of removing a non-anchor node from the student view.
+        edge_dropout: probability of hiding a direct edge (its type) in the student view.
+        attn_block_size: query block of the chunked CPU attention and of the FlexAttention block mask.
+        attention_backend: ``"auto"``, ``"flex"``, ``"chunked"`` or ``"dense"`` (see
+            ``hir_pipeline.model.attention.dispatch.structural_attention``).
+        compile_flex_cpu: compile FlexAttention on CPU too (slow first call, fused afterwards).
+    """
+
+    hidden_dim: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    mlp_ratio: int = 4
+    out_dim: int = 128
+    content_dim: int = 384
+    num_node_types: int = len(ENTITY_TYPES)
+    degree_buckets: int = DEGREE_BUCKETS
+    id_buckets: int = 1 << 16
+    max_dist: int = 4
+    num_edge_types: int = 32
+    level_sizes: tuple[int, ...] = (8, 64, 512)
+    student_temp: float = 0.1
+    teacher_temp: float = 0.04
+    center_momentum: float = 0.9
+    teacher_target: str = "centering"
+    sinkhorn_iters: int = 3
+    engagement_temp: float = 0.1
+    engagement_weight: float = 1.0
+    dropout: float = 0.1
+    node_dropout: float = 0.1
+    edge_dropout: float = 0.1
+    attn_block_size: int = 128
+    attention_backend: str = "auto"
+    compile_flex_cpu: bool = False
+
+    def __post_init__(self) -> None:
+        if self.hidden_dim % self.num_heads:
+            raise ValueError("hidden_dim must be divisible by num_heads")
+        if list(self.level_sizes) != sorted(self.level_sizes):
+            raise ValueError("level_sizes are coarsest first and must not shrink")
+        if self.teacher_target not in ("centering", "sinkhorn"):
+            raise ValueError(f"unknown teacher_target {self.teacher_target!r}")
+
+    @property
+    def num_levels(self) -> int:
+        return len(self.level_sizes)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training loop settings.
+
+    Args:
+        epochs: passes over all anchors.
+        batch_size: anchors (view pairs) per step.
+        engagement_batch_size: (user, item) engagement pairs per step; 0 disables the engagement loss.
+        lr: peak AdamW learning rate (linear warm-up, cosine decay).
+        min_lr: final learning rate of the cosine decay.
+        warmup_steps: linear warm-up steps.
+        weight_decay: AdamW weight decay.
+        grad_clip: max gradient norm (0 disables clipping).
+        ema_momentum: teacher EMA momentum at the start; it follows a cosine to ``ema_momentum_end``.
+        ema_momentum_end: teacher EMA momentum at the end of training.
+        seed: seed of every random choice (batching, augmentation, dropout, init).
+        device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda[:i]"``.
+        bf16: bf16 autocast on CUDA devices that support it (ignored on CPU).
+        checkpoint_dir: directory of per-epoch checkpoints; ``None`` disables checkpointing/resume.
+        resume: resume from the latest checkpoint in ``checkpoint_dir`` when there is one.
+        keep_checkpoints: how many most recent checkpoints to keep.
+        log_every: log progress every this many steps.
+        pad_to: packed sequence lengths are padded to a multiple of this (FlexAttention block size).
+        infer_batch_size: views per batch in ``infer``.
+    """
+
+    epochs: int = 10
+    batch_size: int = 64
+    engagement_batch_size: int = 64
+    lr: float = 5e-4
+    min_lr: float = 1e-5
+    warmup_steps: int = 100
+    weight_decay: float = 0.04
+    grad_clip: float = 3.0
+    ema_momentum: float = 0.996
+    ema_momentum_end: float = 1.0
+    seed: int = 0
+    device: str = "auto"
+    bf16: bool = True
+    checkpoint_dir: str | None = None
+    resume: bool = True
+    keep_checkpoints: int = 2
+    log_every: int = 50
+    pad_to: int = 128
+    infer_batch_size: int = 256

@@ -1,0 +1,151 @@
+"""Graph transformer encoder over packed views (Graphormer-style structural attention, Ying et al. 2021).
+
+Node input (per token) = node-type embedding + projected content embedding (where present) + hashed-ID
+embedding (only for nodes with interaction history, so cold-start nodes are embedded from content and
+structure alone) + degree-bucket embedding. ``num_layers`` pre-LN transformer layers with
+:func:`~hir_pipeline.model.attention.structural_attention`; the anchor token (first token of each view)
+is projected and L2-normalised: one embedding space for every entity type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hir_pipeline.model.attention import BiasTables, create_view_block_mask, resolve_backend, structural_attention
+from hir_pipeline.model.batch import PackedBatch
+from hir_pipeline.model.config import ModelConfig
+from hir_pipeline.model.features import NodeFeatures
+
+
+class NodeInputEmbedding(nn.Module):
+    """Token input embedding (see module docstring).
+
+    Args:
+        cfg: model configuration (``hidden_dim``, ``num_node_types``, ``content_dim``, ``id_buckets``,
+            ``degree_buckets``).
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.type_emb = nn.Embedding(cfg.num_node_types, cfg.hidden_dim)
+        self.degree_emb = nn.Embedding(cfg.degree_buckets, cfg.hidden_dim)
+        self.id_emb = nn.Embedding(cfg.id_buckets, cfg.hidden_dim)
+        self.content_proj = nn.Linear(cfg.content_dim, cfg.hidden_dim) if cfg.content_dim > 0 else None
+        nn.init.normal_(self.id_emb.weight, std=0.02)
+
+    def forward(self, node_idx: Tensor, feats: NodeFeatures) -> Tensor:
+        """Embeddings ``[S, hidden_dim]`` of the global nodes ``node_idx``."""
+        x = self.type_emb(feats.node_type[node_idx]) + self.degree_emb(feats.degree_bucket[node_idx])
+        hist = feats.has_history[node_idx].unsqueeze(-1)
+        x = x + self.id_emb(feats.id_bucket[node_idx]) * hist.to(x.dtype)
+        if self.content_proj is not None:
+            has = feats.has_content[node_idx].unsqueeze(-1)
+            x = x + self.content_proj(feats.content[node_idx]) * has.to(x.dtype)
+        return x
+
+
+class StructuralSelfAttention(nn.Module):
+    """Multi-head self-attention with per-head learned distance / type-pair / edge-type biases.
+
+    Args:
+        cfg: model configuration.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        h = cfg.num_heads
+        self.qkv = nn.Linear(cfg.hidden_dim, 3 * cfg.hidden_dim)
+        self.out = nn.Linear(cfg.hidden_dim, cfg.hidden_dim)
+        self.dist_bias = nn.Parameter(torch.zeros(h, cfg.max_dist + 2))
+        self.type_pair_bias = nn.Parameter(torch.zeros(h, cfg.num_node_types ** 2))
+        self.edge_bias = nn.Parameter(torch.zeros(h, cfg.num_edge_types + 1))
+        # Start with "closer is more relevant" so structure matters from step one.
+        with torch.no_grad():
+            self.dist_bias.copy_(-0.5 * torch.arange(cfg.max_dist + 2, dtype=torch.float32).expand(h, -1))
+
+    def tables(self) -> BiasTables:
+        return BiasTables(self.dist_bias, self.type_pair_bias, self.edge_bias)
+
+    def forward(self, x: Tensor, batch: PackedBatch, backend: str, block_mask) -> Tensor:
+        s, d = x.shape
+        h = self.cfg.num_heads
+        qkv = self.qkv(x).view(s, 3, h, d // h).permute(1, 2, 0, 3).unsqueeze(1)  # [3, 1, H, S, Dh]
+        tables = self.tables()
+        if qkv.dtype != tables.dist.dtype:
+            tables = BiasTables(*(t.to(qkv.dtype) for t in tables))
+        out = structural_attention(
+            qkv[0], qkv[1], qkv[2], batch.layout, tables, self.cfg.num_node_types, backend=backend,
+            block_mask=block_mask, block_size=self.cfg.attn_block_size,
+            compile_flex=True if batch.layout.view_id.is_cuda else self.cfg.compile_flex_cpu,
+        )
+        return self.out(out[0].transpose(0, 1).reshape(s, d))
+
+
+class TransformerLayer(nn.Module):
+    """Pre-LN transformer layer (Xiong et al. 2020) with structural self-attention.
+
+    Args:
+        cfg: model configuration.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(cfg.hidden_dim)
+        self.attn = StructuralSelfAttention(cfg)
+        self.norm2 = nn.LayerNorm(cfg.hidden_dim)
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.hidden_dim, cfg.mlp_ratio * cfg.hidden_dim),
+            nn.GELU(),
+            nn.Linear(cfg.mlp_ratio * cfg.hidden_dim, cfg.hidden_dim),
+        )
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor, batch: PackedBatch, backend: str, block_mask) -> Tensor:
+        x = x + self.drop(self.attn(self.norm1(x), batch, backend, block_mask))
+        return x + self.drop(self.mlp(self.norm2(x)))
+
+
+@dataclass
+class EncoderOutput:
+    """Encoder result.
+
+    Args:
+        embedding: float ``[V, out_dim]`` L2-normalised anchor embeddings.
+        hidden: float ``[S, hidden_dim]`` final token states (after the last LayerNorm).
+    """
+
+    embedding: Tensor
+    hidden: Tensor
+
+
+class GraphTransformerEncoder(nn.Module):
+    """Packed-view graph transformer producing one L2-normalised embedding per view anchor.
+
+    Args:
+        cfg: model configuration.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = NodeInputEmbedding(cfg)
+        self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = nn.LayerNorm(cfg.hidden_dim)
+        self.proj = nn.Linear(cfg.hidden_dim, cfg.out_dim)
+
+    def forward(self, batch: PackedBatch, feats: NodeFeatures) -> EncoderOutput:
+        x = self.embed(batch.node_idx, feats)
+        needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        backend = resolve_backend(self.cfg.attention_backend, x, needs_grad, self.cfg.compile_flex_cpu)
+        # One block mask for all layers (only the FlexAttention path uses it).
+        block_mask = create_view_block_mask(batch.layout, self.cfg.attn_block_size) if backend == "flex" else None
+        for layer in self.layers:
+            x = layer(x, batch, backend, block_mask)
+        x = self.norm(x)
+        anchors = x[batch.layout.anchor_positions()]
+        return EncoderOutput(embedding=F.normalize(self.proj(anchors).float(), dim=-1), hidden=x)

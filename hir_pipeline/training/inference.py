@@ -1,0 +1,94 @@
+"""Inference: the published node embedding and per-level cluster probabilities of every node."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from hir_pipeline.model.batch import pack_views
+from hir_pipeline.model.features import NodeFeatures
+from hir_pipeline.model.hir_model import HIRModel
+from hir_pipeline.training.collate import single_node_view
+
+
+@dataclass
+class InferenceResult:
+    """Args:
+    embeddings: float32 ``[N, out_dim]`` L2-normalised, row ``i`` = node ``i`` (one space for every type).
+    probs: per level (coarsest first) float32 ``[N, K_l]`` cluster probabilities.
+    parent_maps: per level ``l >= 1``, int64 ``[K_l]`` parent cluster at level ``l - 1``.
+    has_view: bool ``[N]``; False where the node had no view and was embedded from its own features only.
+    """
+
+    embeddings: np.ndarray
+    probs: list[np.ndarray]
+    parent_maps: list[np.ndarray]
+    has_view: np.ndarray
+
+
+@torch.no_grad()
+def infer(
+    model: HIRModel,
+    features: NodeFeatures,
+    views: Sequence[Mapping[str, Any]],
+    batch_size: int = 256,
+    pad_to: int = 128,
+    temperature: float | None = None,
+    max_tokens: int = 8192,
+    centers: Sequence[torch.Tensor] | None = None,
+) -> InferenceResult:
+    """Embed every node of ``features`` from its view (the broad views are the intended input).
+
+    Args:
+        model: trained model (usually the EMA teacher); put in eval mode here and restored afterwards.
+        features: per-node features of all ``N`` nodes.
+        views: at most one view per anchor; nodes without a view get a single-node view.
+        batch_size: most views per packed batch.
+        pad_to: packed lengths are padded to a multiple of this.
+        temperature: softmax temperature of the cluster probabilities (default ``teacher_temp``).
+        max_tokens: most tokens per packed batch (bounds memory together with ``batch_size``).
+        centers: per-level DINO teacher centers ``[1, K_l]`` subtracted from the logits before the softmax
+            (``Trainer.centers()``); without them the sharpened argmax favours the globally dominant prototype.
+    """
+    cfg = model.cfg
+    temperature = cfg.teacher_temp if temperature is None else temperature
+    device = next(model.parameters()).device
+    feats = features.to(device)
+    n = features.num_nodes
+    by_anchor = {int(v["anchor_idx"]): v for v in views}
+    has_view = np.zeros(n, dtype=bool)
+    has_view[[a for a in by_anchor if 0 <= a < n]] = True
+    node_types = features.node_type.tolist()
+    all_views = [by_anchor[i] if has_view[i] else single_node_view(i, node_types[i]) for i in range(n)]
+
+    emb = np.zeros((n, cfg.out_dim), dtype=np.float32)
+    probs = [np.zeros((n, k), dtype=np.float32) for k in cfg.level_sizes]
+    was_training = model.training
+    model.train(False)
+    try:
+        start = 0
+        while start < n:
+            stop, tokens = start, 0
+            while stop < n and stop - start < batch_size:
+                size = len(all_views[stop]["nodes"])
+                if stop > start and tokens + size > max_tokens:
+                    break
+                tokens += size
+                stop += 1
+            batch = pack_views(all_views[start:stop], pad_to=pad_to, max_dist=cfg.max_dist).to(device)
+            out = model(batch, feats)
+            emb[start:stop] = out.embedding.float().cpu().numpy()
+            for lvl, logits in enumerate(out.logits):
+                logits = logits.float()
+                if centers is not None:
+                    logits = logits - centers[lvl].to(device).reshape(1, -1)
+                probs[lvl][start:stop] = torch.softmax(logits / temperature, -1).cpu().numpy()
+            start = stop
+    finally:
+        model.train(was_training)
+    parent_maps = [m.cpu().numpy() for m in model.hierarchy.parent_maps()]
+    return InferenceResult(embeddings=emb, probs=probs, parent_maps=parent_maps, has_view=has_view)

@@ -1,0 +1,323 @@
+"""Self-distillation training loop (DINO, Caron et al. 2021) with an engagement objective.
+
+Per step: a batch of anchors; the EMA teacher embeds their *broad* views, the student their *narrow* views
+with node/edge dropout; the hierarchical DINO loss matches the student's per-level cluster distributions to
+the teacher's centred + sharpened (or Sinkhorn-balanced) ones. A batch of engaged (user, item) pairs is
+embedded by the student in the same packed forward and scored by a funnel-weighted InfoNCE.
+
+Reproducibility and crash safety: all randomness of epoch ``e`` is drawn from generators seeded by
+``(seed, e)``, and every epoch ends with an atomic checkpoint (model, teacher, optimizer, centers, RNG
+states, epoch). ``fit`` resumes from the latest checkpoint, so "train 2 epochs" equals "train 1, crash,
+resume 1" exactly on CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from hir_pipeline.model.batch import pack_views
+from hir_pipeline.model.config import ModelConfig, TrainConfig
+from hir_pipeline.model.distillation import HierarchicalDINOLoss, ema_update, engagement_infonce
+from hir_pipeline.model.features import NodeFeatures
+from hir_pipeline.model.hierarchy import cluster_perplexity, hierarchy_consistency
+from hir_pipeline.model.hir_model import HIRModel
+from hir_pipeline.training.collate import augment_view
+
+log = logging.getLogger(__name__)
+
+EpochCallback = Callable[[int, dict[str, Any]], None]
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; anything else is passed to ``torch.device``."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _by_anchor(views: Sequence[Mapping[str, Any]] | None) -> dict[int, Mapping[str, Any]]:
+    return {} if views is None else {int(v["anchor_idx"]): v for v in views}
+
+
+def latest_checkpoint(directory: str | os.PathLike | None) -> Path | None:
+    """The newest ``epoch_XXXX.pt`` in ``directory``, or ``None``."""
+    if directory is None or not Path(directory).is_dir():
+        return None
+    found = sorted(Path(directory).glob("epoch_*.pt"))
+    return found[-1] if found else None
+
+
+class Trainer:
+    """Trains an :class:`HIRModel` student and its EMA teacher.
+
+    Args:
+        model_cfg: model configuration.
+        train_cfg: training configuration.
+        features: per-node input features (global, indexed by node_idx).
+        broad_views: teacher views, one per anchor.
+        narrow_views: student views per anchor (default: the broad views); augmented by node/edge dropout.
+        engagement: ``(user_idx, item_idx, weight)`` arrays of engaged pairs (deeper funnel = larger weight);
+            pairs whose user or item has no student view are ignored.
+        on_epoch_end: ``callback(epoch, metrics)`` after every epoch (after its checkpoint is written).
+    """
+
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        train_cfg: TrainConfig,
+        features: NodeFeatures,
+        broad_views: Sequence[Mapping[str, Any]],
+        narrow_views: Sequence[Mapping[str, Any]] | None = None,
+        engagement: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        on_epoch_end: EpochCallback | None = None,
+    ) -> None:
+        self.model_cfg = model_cfg
+        self.cfg = train_cfg
+        self.device = resolve_device(train_cfg.device)
+        self.features = features.to(self.device)
+        self.broad = _by_anchor(broad_views)
+        self.narrow = _by_anchor(narrow_views) or self.broad
+        self.anchors = np.array(sorted(set(self.broad) & set(self.narrow)), dtype=np.int64)
+        if len(self.anchors) == 0:
+            raise ValueError("no anchor has both a broad and a narrow view")
+        self.on_epoch_end = on_epoch_end
+        self.pairs = self._usable_pairs(engagement)
+        self.use_bf16 = bool(train_cfg.bf16 and self.device.type == "cuda" and torch.cuda.is_bf16_supported())
+
+        torch.manual_seed(train_cfg.seed)
+        self.student = HIRModel(model_cfg).to(self.device)
+        self.teacher = copy.deepcopy(self.student)
+        self.teacher.requires_grad_(False)
+        decay = [p for p in self.student.parameters() if p.ndim >= 2]
+        no_decay = [p for p in self.student.parameters() if p.ndim < 2]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": train_cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=train_cfg.lr,
+        )
+        self.loss_fn = HierarchicalDINOLoss(
+            model_cfg.level_sizes, model_cfg.student_temp, model_cfg.teacher_temp, model_cfg.center_momentum,
+            model_cfg.teacher_target, model_cfg.sinkhorn_iters,
+        ).to(self.device)
+        self.steps_per_epoch = math.ceil(len(self.anchors) / train_cfg.batch_size)
+        self.total_steps = self.steps_per_epoch * train_cfg.epochs
+        self.epoch = 0  # next epoch to run
+        self.history: list[dict[str, Any]] = []
+
+    # -- setup helpers -----------------------------------------------------------------------------------
+    def _usable_pairs(self, engagement) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        if engagement is None or self.cfg.engagement_batch_size <= 0:
+            return None
+        users, items, weight = (np.asarray(a) for a in engagement)
+        ok = np.array([int(u) in self.narrow and int(i) in self.narrow for u, i in zip(users, items, strict=True)],
+                      dtype=bool)
+        if not ok.any():
+            return None
+        return users[ok].astype(np.int64), items[ok].astype(np.int64), weight[ok].astype(np.float32)
+
+    # -- schedules -----------------------------------------------------------------------------------------
+    def lr_at(self, step: int) -> float:
+        """Linear warm-up then cosine decay to ``min_lr``."""
+        c = self.cfg
+        if step < c.warmup_steps:
+            return c.lr * (step + 1) / c.warmup_steps
+        t = (step - c.warmup_steps) / max(1, self.total_steps - c.warmup_steps)
+        return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1 + math.cos(math.pi * min(1.0, t)))
+
+    def momentum_at(self, step: int) -> float:
+        """Teacher EMA momentum: cosine from ``ema_momentum`` to ``ema_momentum_end`` (DINO)."""
+        c = self.cfg
+        t = step / max(1, self.total_steps)
+        return c.ema_momentum_end - (c.ema_momentum_end - c.ema_momentum) * 0.5 * (1 + math.cos(math.pi * t))
+
+    # -- checkpoints -----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch - 1,
+            "student": self.student.state_dict(),
+            "teacher": self.teacher.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "loss_fn": self.loss_fn.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "history": self.history,
+            "model_cfg": asdict(self.model_cfg),
+            "train_cfg": asdict(self.cfg),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.student.load_state_dict(state["student"])
+        self.teacher.load_state_dict(state["teacher"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.loss_fn.load_state_dict(state["loss_fn"])
+        torch.set_rng_state(state["torch_rng"])
+        if state.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        self.history = list(state["history"])
+        self.epoch = int(state["epoch"]) + 1
+
+    def save_checkpoint(self) -> Path | None:
+        """Atomically write ``epoch_XXXX.pt`` (write to a temp file, then rename) and prune old ones."""
+        if self.cfg.checkpoint_dir is None:
+            return None
+        directory = Path(self.cfg.checkpoint_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"epoch_{self.epoch - 1:04d}.pt"
+        tmp = path.with_suffix(".pt.tmp")
+        torch.save(self.state_dict(), tmp)
+        os.replace(tmp, path)
+        for old in sorted(directory.glob("epoch_*.pt"))[: -max(1, self.cfg.keep_checkpoints)]:
+            old.unlink(missing_ok=True)
+        return path
+
+    def maybe_resume(self) -> bool:
+        """Load the latest checkpoint of ``checkpoint_dir`` if resuming is enabled; True when one was loaded."""
+        path = latest_checkpoint(self.cfg.checkpoint_dir) if self.cfg.resume else None
+        if path is None:
+            return False
+        self.load_state_dict(torch.load(path, map_location=self.device, weights_only=False))
+        log.info("resumed from %s (next epoch %d)", path, self.epoch)
+        return True
+
+    # -- training --------------------------------------------------------------------------------------------
+    def _autocast(self):
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.use_bf16)
+
+    def train_step(self, step: int, anchors: np.ndarray, rng: np.random.Generator,
+                   pair_idx: np.ndarray | None) -> dict[str, Any]:
+        """One optimisation step on ``anchors`` (and engagement pairs ``pair_idx``), then the EMA update.
+
+        Args:
+            step: global step (drives the learning-rate and EMA schedules).
+            anchors: anchor node ids of the batch.
+            rng: generator of the student-view augmentation.
+            pair_idx: rows of the engagement pairs to use, or ``None``.
+
+        Returns:
+            ``loss``, ``dino``, ``engagement``, ``per_level`` floats and the per-level ``teacher_probs``.
+        """
+        mc, tc = self.model_cfg, self.cfg
+        student_views = [augment_view(self.narrow[int(a)], rng, mc.node_dropout, mc.edge_dropout) for a in anchors]
+        teacher_views = [self.broad[int(a)] for a in anchors]
+        n_anchor = len(student_views)
+        if pair_idx is not None:
+            users, items, weight = (x[pair_idx] for x in self.pairs)
+            student_views += [self.narrow[int(u)] for u in users] + [self.narrow[int(i)] for i in items]
+        s_batch = pack_views(student_views, pad_to=tc.pad_to, max_dist=mc.max_dist).to(self.device)
+        t_batch = pack_views(teacher_views, pad_to=tc.pad_to, max_dist=mc.max_dist).to(self.device)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(step)
+
+        with self._autocast():
+            with torch.no_grad():
+                t_out = self.teacher(t_batch, self.features)
+            s_out = self.student(s_batch, self.features)
+        s_logits = [lg[:n_anchor] for lg in s_out.logits]
+        dino, per_level = self.loss_fn(s_logits, t_out.logits)
+        loss = dino
+        eng = torch.zeros((), device=self.device)
+        if pair_idx is not None:
+            p = len(pair_idx)
+            emb = s_out.embedding
+            eng = engagement_infonce(
+                emb[n_anchor:n_anchor + p], emb[n_anchor + p:], torch.as_tensor(weight, device=self.device),
+                mc.engagement_temp, torch.as_tensor(users, device=self.device),
+                torch.as_tensor(items, device=self.device),
+            )
+            loss = loss + mc.engagement_weight * eng
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if tc.grad_clip > 0:
+            nn.utils.clip_grad_norm_(self.student.parameters(), tc.grad_clip)
+        self.optimizer.step()
+        ema_update(self.teacher, self.student, self.momentum_at(step))
+        with torch.no_grad():
+            t_probs = self.loss_fn.teacher_probs(t_out.logits)
+        return {"loss": loss.item(), "dino": dino.item(), "engagement": eng.item(),
+                "per_level": [x.item() for x in per_level], "teacher_probs": t_probs}
+
+    def _run_epoch(self, epoch: int) -> dict[str, Any]:
+        tc = self.cfg
+        rng = np.random.default_rng([tc.seed, epoch])
+        torch.manual_seed(tc.seed * 1_000_003 + epoch + 1)  # dropout masks of this epoch
+        self.student.train()
+        self.teacher.train(False)
+        perm = rng.permutation(self.anchors)
+        n_levels = self.model_cfg.num_levels
+        sums = {"loss": 0.0, "dino": 0.0, "engagement": 0.0}
+        level_sums = [0.0] * n_levels
+        prob_sums = [torch.zeros(k, device=self.device) for k in self.model_cfg.level_sizes]
+        n_rows = 0
+        t0 = time.perf_counter()
+        for i in range(self.steps_per_epoch):
+            anchors = perm[i * tc.batch_size:(i + 1) * tc.batch_size]
+            pair_idx = None
+            if self.pairs is not None:
+                pair_idx = rng.integers(0, len(self.pairs[0]), size=min(tc.engagement_batch_size, len(self.pairs[0])))
+            step = epoch * self.steps_per_epoch + i
+            out = self.train_step(step, anchors, rng, pair_idx)
+            for key in sums:
+                sums[key] += out[key]
+            for lvl in range(n_levels):
+                level_sums[lvl] += out["per_level"][lvl]
+                prob_sums[lvl] += out["teacher_probs"][lvl].sum(0)
+            n_rows += len(anchors)
+            if tc.log_every and (i + 1) % tc.log_every == 0:
+                log.info("epoch %d step %d/%d loss %.4f (%.1f steps/s)", epoch, i + 1, self.steps_per_epoch,
+                         sums["loss"] / (i + 1), (i + 1) / (time.perf_counter() - t0))
+        steps = self.steps_per_epoch
+        elapsed = time.perf_counter() - t0
+        metrics: dict[str, Any] = {key: value / steps for key, value in sums.items()}
+        for lvl in range(n_levels):
+            metrics[f"dino_level_{lvl}"] = level_sums[lvl] / steps
+            metrics[f"perplexity_level_{lvl}"] = cluster_perplexity((prob_sums[lvl] / n_rows)[None])
+        metrics.update(epoch=epoch, steps=steps, epoch_time_s=elapsed, steps_per_s=steps / max(elapsed, 1e-9),
+                       lr=self.lr_at((epoch + 1) * steps - 1), ema_momentum=self.momentum_at((epoch + 1) * steps - 1))
+        return metrics
+
+    def fit(self) -> list[dict[str, Any]]:
+        """Train to ``epochs`` (resuming first when a checkpoint exists); returns the per-epoch metrics."""
+        self.maybe_resume()
+        log.info("training on %s: %d anchors, %d steps/epoch, epochs %d..%d, bf16=%s", self.device,
+                 len(self.anchors), self.steps_per_epoch, self.epoch, self.cfg.epochs - 1, self.use_bf16)
+        while self.epoch < self.cfg.epochs:
+            epoch = self.epoch
+            metrics = self._run_epoch(epoch)
+            self.epoch = epoch + 1
+            self.history.append(metrics)
+            self.save_checkpoint()
+            log.info("epoch %d done in %.1fs: loss %.4f dino %.4f engagement %.4f perplexity %s", epoch,
+                     metrics["epoch_time_s"], metrics["loss"], metrics["dino"], metrics["engagement"],
+                     [round(metrics[f"perplexity_level_{lv}"], 2) for lv in range(self.model_cfg.num_levels)])
+            if self.on_epoch_end is not None:
+                self.on_epoch_end(epoch, metrics)
+        return self.history
+
+    def centers(self) -> list[torch.Tensor]:
+        """The teacher centers per level (subtracted from the logits before the cluster softmax)."""
+        return [self.loss_fn.center(lvl).detach().clone() for lvl in range(self.model_cfg.num_levels)]
+
+    def infer(self, views: Sequence[Mapping[str, Any]]):
+        """``infer`` with the EMA teacher and its centers (the DINO evaluation model)."""
+        from hir_pipeline.training.inference import infer
+
+        centers = self.centers() if self.model_cfg.teacher_target == "centering" else None
+        return infer(self.teacher, self.features, views, batch_size=self.cfg.infer_batch_size,
+                     pad_to=self.cfg.pad_to, centers=centers)
+
+    def consistency(self, views: Sequence[Mapping[str, Any]]) -> list[float]:
+        """Hierarchy consistency (see ``hierarchy_consistency``) of the teacher on ``views``."""
+        res = self.infer(views)
+        return hierarchy_consistency([torch.from_numpy(p) for p in res.probs], [torch.from_numpy(m)
+                                                                             for m in res.parent_maps])

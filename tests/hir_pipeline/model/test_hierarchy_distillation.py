@@ -1,0 +1,92 @@
+"""Prototype hierarchy, Sinkhorn-Knopp balancing, DINO loss, EMA teacher and engagement loss."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hir_pipeline.model import (
+    HierarchicalDINOLoss,
+    PrototypeHierarchy,
+    cluster_perplexity,
+    ema_update,
+    engagement_infonce,
+    sinkhorn_knopp,
+)
+from hir_pipeline.model.hierarchy import hierarchy_consistency
+
+
+def test_sinkhorn_balances_a_collapsed_batch():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 8, generator=g) * 0.1
+    logits[:, 3] += 2.0  # every sample prefers cluster 3
+    plain = torch.softmax(logits / 0.05, -1)
+    q = sinkhorn_knopp(logits, temperature=0.05, n_iters=10)
+    torch.testing.assert_close(q.sum(1), torch.ones(64), atol=1e-4, rtol=0)
+    torch.testing.assert_close(q.sum(0), torch.full((8,), 64 / 8), atol=0.05, rtol=0)
+    assert cluster_perplexity(plain) < 1.5
+    assert cluster_perplexity(q) > 7.9
+
+
+def test_prototype_hierarchy_parent_maps():
+    torch.manual_seed(0)
+    hier = PrototypeHierarchy(8, (2, 4, 16))
+    z = torch.randn(10, 8)
+    logits = hier(z)
+    assert [lg.shape for lg in logits] == [(10, 2), (10, 4), (10, 16)]
+    assert float(logits[2].detach().abs().max()) <= 1.0 + 1e-5
+    parents = hier.parent_maps()
+    assert [p.shape for p in parents] == [(4,), (16,)]
+    assert int(parents[0].max()) < 2 and int(parents[1].max()) < 4
+    # a node sitting exactly on a fine prototype is consistent with that prototype's parent
+    with torch.no_grad():
+        on_proto = hier.prototypes[2][:5].clone()
+    probs = [torch.softmax(lg / 0.01, -1) for lg in hier(on_proto)]
+    expected = (parents[1][probs[2].argmax(-1)] == probs[1].argmax(-1)).float().mean()
+    assert hierarchy_consistency(probs, parents)[1] == float(expected)
+
+
+def test_dino_loss_centering_and_gradients():
+    loss_fn = HierarchicalDINOLoss((3, 5), student_temp=0.1, teacher_temp=0.04, center_momentum=0.5)
+    teacher = [torch.tensor([[2.0, 0.0, 0.0]] * 4), torch.eye(4, 5)]
+    student = [torch.randn(4, 3, requires_grad=True), torch.randn(4, 5, requires_grad=True)]
+    total, per_level = loss_fn(student, teacher)
+    assert len(per_level) == 2 and torch.isclose(total, per_level[0] + per_level[1])
+    total.backward()
+    assert student[0].grad is not None and student[0].grad.abs().sum() > 0
+    torch.testing.assert_close(loss_fn.center(0), torch.tensor([[1.0, 0.0, 0.0]]))  # 0.5 * 0 + 0.5 * mean
+    # the student minimising the loss matches the teacher's (centred, sharpened) distribution
+    t = loss_fn.teacher_probs(teacher)
+    matching = [torch.log(p) * 0.1 for p in t]
+    worse = [torch.zeros_like(p) for p in t]
+    loss_fn.center_momentum = 1.0
+    assert loss_fn(matching, teacher)[0] < loss_fn(worse, teacher)[0]
+
+
+def test_ema_update():
+    torch.manual_seed(0)
+    student, teacher = nn.Linear(3, 2), nn.Linear(3, 2)
+    before = teacher.weight.detach().clone()
+    ema_update(teacher, student, momentum=0.9)
+    torch.testing.assert_close(teacher.weight, 0.9 * before + 0.1 * student.weight.detach())
+    ema_update(teacher, student, momentum=0.0)
+    torch.testing.assert_close(teacher.weight, student.weight.detach())
+
+
+def test_engagement_infonce_prefers_aligned_pairs_and_weights():
+    g = torch.Generator().manual_seed(0)
+    users = nn.functional.normalize(torch.randn(6, 4, generator=g), dim=-1)
+    aligned = engagement_infonce(users, users, torch.ones(6), temperature=0.1)
+    shuffled = engagement_infonce(users, users.roll(1, 0), torch.ones(6), temperature=0.1)
+    assert aligned < shuffled
+    items = users.clone()
+    items[0] = -items[0]  # pair 0 is badly embedded
+    light = engagement_infonce(users, items, torch.tensor([0.1, 1, 1, 1, 1, 1]), 0.1)
+    heavy = engagement_infonce(users, items, torch.tensor([4.0, 1, 1, 1, 1, 1]), 0.1)
+    assert heavy > light
+    # duplicate item ids are not negatives of each other
+    ids = torch.tensor([0, 0, 1, 2, 3, 4])
+    dup = torch.stack([items[1], items[1], *items[2:]])
+    masked = engagement_infonce(users, dup, torch.ones(6), 0.1, item_ids=ids, user_ids=torch.arange(6))
+    unmasked = engagement_infonce(users, dup, torch.ones(6), 0.1)
+    assert masked < unmasked
