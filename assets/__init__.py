@@ -1,0 +1,9 @@
+"""Dagster software-defined assets, one module per group.
+
+Each module holds the assets and asset checks of one group; :data:`ASSET_MODULES` is what the
+definitions load, in pipeline order.
+"""
+
+from assets import ingestion
+
+ASSET_MODULES = [ingestion]

@@ -1,0 +1,64 @@
+"""The Dagster code location: every asset, check, resource, job and schedule of the pipeline.
+
+Kept thin on purpose: assets live in ``assets/``, resources in ``resources/``. ``dagster dev`` and
+``hir materialize`` both load :data:`defs` from here (``[tool.dagster]`` in pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from assets import ASSET_MODULES
+from assets.partitions import daily_partitions
+from hir_pipeline.settings import (
+    default_lake_root,
+    default_mlflow_artifact_root,
+    default_mlflow_tracking_uri,
+    default_spark_master,
+)
+from resources import LakeResource, MLflowResource, SourceResource, SparkResource
+
+NIGHTLY_JOB = "hir_nightly"
+
+
+def default_resources(lake_root: str | None = None, source: str | None = None) -> dict[str, dg.ConfigurableResource]:
+    """Embedded defaults (local Spark, a local lake, SQLite MLflow), each overridable by environment.
+
+    Args:
+        lake_root: Delta lake root; default ``HIR_LAKE`` or ``.hir/lake``.
+        source: ``movielens``, ``synthetic`` or a source folder; default ``HIR_SOURCE`` or ``movielens``.
+    """
+    import os
+
+    return {
+        "spark": SparkResource(master=default_spark_master()),
+        "lake": LakeResource(root=lake_root or default_lake_root()),
+        "mlflow": MLflowResource(
+            tracking_uri=default_mlflow_tracking_uri(), artifact_location=default_mlflow_artifact_root()
+        ),
+        "source": SourceResource(location=source or os.environ.get("HIR_SOURCE", "movielens")),
+    }
+
+
+def build_definitions(lake_root: str | None = None, source: str | None = None) -> dg.Definitions:
+    """All definitions, with resources pointing at ``lake_root`` and ``source``."""
+    assets = dg.load_assets_from_modules(ASSET_MODULES)
+    checks = dg.load_asset_checks_from_modules(ASSET_MODULES)
+    nightly = dg.define_asset_job(
+        NIGHTLY_JOB,
+        selection=dg.AssetSelection.all(),
+        partitions_def=daily_partitions,
+        description="Ingest the day's activity, rebuild graph and embeddings, retrain, publish, evaluate.",
+    )
+    schedule = dg.build_schedule_from_partitioned_job(nightly, hour_of_day=2, minute_of_hour=0)
+    return dg.Definitions(
+        assets=assets,
+        asset_checks=checks,
+        jobs=[nightly],
+        schedules=[schedule],
+        resources=default_resources(lake_root, source),
+        executor=dg.in_process_executor,
+    )
+
+
+defs = build_definitions()

@@ -1,0 +1,59 @@
+"""Fixtures for asset tests: a tiny synthetic source, a temporary lake and real Dagster resources.
+
+``ingested_lake`` materializes the real ingestion assets once per test session (window ``all``, as a
+backfill does) so that downstream asset tests start from real bronze Delta tables.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from resources import LakeResource, MLflowResource, SourceResource, SparkResource
+from spark_jobs.sources.synthetic import SyntheticConfig, write_synthetic_source
+
+#: Small enough for seconds-long Spark jobs, big enough for every entity type and funnel stage.
+TINY_SOURCE = SyntheticConfig(seed=11, n_events=6_000, n_products=160, n_advertisers=16, days=6,
+                              end_date=dt.date(2024, 6, 30))
+RUN_DATE = TINY_SOURCE.end_date.isoformat()
+
+
+@pytest.fixture(scope="session")
+def tiny_source(spark, tmp_path_factory) -> Path:
+    """A synthetic source folder (no images: asset tests that need them build their own)."""
+    out = tmp_path_factory.mktemp("sources") / "tiny"
+    write_synthetic_source(spark, TINY_SOURCE, out)
+    return out
+
+
+def make_resources(spark, lake_root: Path, source: str | Path, mlflow_dir: Path | None = None) -> dict:
+    """Real resources over a temporary lake; the Spark resource reuses the test session."""
+    mlflow_dir = mlflow_dir or lake_root.parent / "mlflow"
+    mlflow_dir.mkdir(parents=True, exist_ok=True)
+    return {
+        "spark": SparkResource(master=spark.sparkContext.master),
+        "lake": LakeResource(root=str(lake_root)),
+        "mlflow": MLflowResource(tracking_uri=f"sqlite:///{mlflow_dir / 'mlflow.db'}",
+                                 artifact_location=(mlflow_dir / "artifacts").as_uri()),
+        "source": SourceResource(location=str(source)),
+    }
+
+
+def ingestion_run_config(window: str = "all") -> dg.RunConfig:
+    return dg.RunConfig(ops={"bronze_tables": {"config": {"window": window}}})
+
+
+@pytest.fixture(scope="session")
+def ingested_lake(spark, tiny_source, tmp_path_factory) -> dict:
+    """A lake holding the bronze tables of ``tiny_source`` as of :data:`RUN_DATE`; returns resources."""
+    from assets.ingestion import bronze_tables
+
+    root = tmp_path_factory.mktemp("lake") / "lake"
+    resources = make_resources(spark, root, tiny_source)
+    result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=resources,
+                            run_config=ingestion_run_config("all"))
+    assert result.success
+    return resources
