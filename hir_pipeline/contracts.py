@@ -101,6 +101,8 @@ LAKE_TABLES: tuple[str, ...] = (
     "graph_edges",
     "graph_views",
     "content_embeddings",
+    "model_outputs",
+    "model_hierarchy",
     *OUTPUT_TABLES,
     "evaluation_metrics",
 )
