@@ -13,7 +13,9 @@ import dagster as dg
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from assets.bronze_suites import bronze_suites
 from assets.partitions import daily_partitions, run_date
+from assets.quality import validate
 from hir_pipeline.contracts import DEFAULT_FUNNEL, ENTITY_TYPES, EVENT_DATE_COLUMN
 from resources import LakeResource, SourceResource, SparkResource
 from spark_jobs import ingest
@@ -23,6 +25,7 @@ from spark_jobs.source_reader import read_source
 GROUP = "ingestion"
 BRONZE = ("entities", "relations", "events")
 ACCOUNTING_CHECK = "accepted_plus_quarantined_equals_read"
+SUITE_CHECK = "great_expectations_suite"
 
 
 class IngestionConfig(dg.Config):
@@ -69,6 +72,11 @@ def _split_counts(labelled: DataFrame) -> tuple[int, int]:
     check_specs=[
         dg.AssetCheckSpec(ACCOUNTING_CHECK, asset="quarantine", blocking=True,
                           description="For every source table, accepted + quarantined = read."),
+        *[
+            dg.AssetCheckSpec(SUITE_CHECK, asset=table, blocking=True,
+                              description=f"Great Expectations suite of {table} (events: the run's window).")
+            for table in BRONZE
+        ],
     ],
     partitions_def=daily_partitions,
     compute_kind="spark",
@@ -120,6 +128,13 @@ def bronze_tables(
         df.unpersist()
 
     yield from _results(context, session, lake, day, window, counts)
+    suites = bronze_suites(tuple(config.entity_types), tuple(config.funnel))
+    for table in BRONZE:
+        df = read_table(session, lake.path(table))
+        if table == "events":
+            df = df.where(window_predicate(window))
+        context.log.info(f"Validating {table} with Great Expectations ({len(suites[table])} expectations)")
+        yield validate(df, f"bronze_{table}", suites[table], asset_key=table, check_name=SUITE_CHECK)
 
 
 def _results(context, session, lake: LakeResource, day: dt.date, window: ingest.EventWindow, counts):

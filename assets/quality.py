@@ -27,13 +27,22 @@ def _context():
     return context
 
 
-def validate(df, suite_name: str, expectations: Sequence[Any]) -> dg.AssetCheckResult:
+def validate(
+    df,
+    suite_name: str,
+    expectations: Sequence[Any],
+    *,
+    asset_key: str | None = None,
+    check_name: str | None = None,
+) -> dg.AssetCheckResult:
     """Validate a Spark DataFrame against ``expectations``; the result is an ERROR-severity check.
 
     Args:
         df: the Spark DataFrame to validate (typically the Delta table just written).
         suite_name: unique name of the suite (shown in metadata).
         expectations: ``great_expectations.expectations`` instances.
+        asset_key: asset the check belongs to (needed when one step yields several checks).
+        check_name: name of the check (idem).
     """
     import great_expectations as gx
 
@@ -54,6 +63,8 @@ def validate(df, suite_name: str, expectations: Sequence[Any]) -> dg.AssetCheckR
         if not r.success
     ]
     return dg.AssetCheckResult(
+        asset_key=asset_key,
+        check_name=check_name,
         passed=bool(result.success),
         severity=dg.AssetCheckSeverity.ERROR,
         metadata={

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 from pyspark.sql import functions as F
 
-from assets.ingestion import ACCOUNTING_CHECK, bronze_tables
+from assets.ingestion import ACCOUNTING_CHECK, SUITE_CHECK, bronze_tables
 from spark_jobs.delta_io import latest_version, read_table
 from tests.assets.conftest import RUN_DATE, ingestion_run_config
 
@@ -28,8 +28,8 @@ def test_rerun_of_a_partition_replaces_it_and_check_passes(spark, ingested_lake)
     result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=ingested_lake,
                             run_config=ingestion_run_config("all"))
     assert result.success
-    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert checks == {ACCOUNTING_CHECK: True}
+    checks = {(e.asset_key.path[-1], e.check_name): e.passed for e in result.get_asset_check_evaluations()}
+    assert checks[("quarantine", ACCOUNTING_CHECK)] and all(checks.values())
     assert _counts(spark, ingested_lake) == before
     assert latest_version(spark, ingested_lake["lake"].path("events")) > version_before
 
@@ -45,3 +45,26 @@ def test_day_window_replaces_only_that_day(spark, ingested_lake):
     materialized = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("bronze_tables")}
     assert set(materialized) == {"entities", "relations", "events", "quarantine"}
     assert read_table(spark, events_path).where(F.col("event_date") > F.lit(RUN_DATE)).count() == 0
+
+
+def test_great_expectations_suites_run_as_blocking_checks(spark, ingested_lake):
+    result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=ingested_lake,
+                            run_config=ingestion_run_config("day"))
+    evaluations = {(e.asset_key.path[-1], e.check_name): e for e in result.get_asset_check_evaluations()}
+    for table in ("entities", "relations", "events"):
+        evaluation = evaluations[(table, SUITE_CHECK)]
+        assert evaluation.passed, evaluation.metadata
+        assert evaluation.metadata["evaluated"].value >= 4
+    specs = {s.key.name: s.blocking for s in bronze_tables.check_specs}
+    assert specs[SUITE_CHECK] and specs[ACCOUNTING_CHECK]
+
+
+def test_failed_suite_blocks_and_names_the_expectation(spark, tmp_path):
+    from assets.bronze_suites import bronze_suites
+    from assets.quality import validate
+
+    df = spark.createDataFrame([("u1", "user"), ("u1", "user"), ("x", "alien")], "entity_id string, entity_type string")
+    result = validate(df, "bronze_entities_bad", bronze_suites()["entities"])
+    assert not result.passed
+    failed = {f["expectation"] for f in result.metadata["failed_expectations"].value}
+    assert failed == {"expect_column_values_to_be_unique", "expect_column_values_to_be_in_set"}
