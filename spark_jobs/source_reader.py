@@ -7,6 +7,7 @@ column *before anything is written*; row-level problems are left for ingestion t
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -95,3 +96,11 @@ def read_source(spark: SparkSession, root: str) -> dict[str, DataFrame]:
         check_schema(table, df)
         tables[table] = conform(table, df)
     return tables
+
+
+def latest_event_date(events: DataFrame) -> dt.date | None:
+    """The UTC date of the latest parseable ``event_ts`` (what a backfill runs *as of*), or None."""
+    from spark_jobs.ingest import as_timestamp
+
+    row = events.select(F.max(F.to_date(as_timestamp(events, "event_ts"))).alias("d")).first()
+    return None if row is None else row["d"]
