@@ -1,0 +1,117 @@
+"""Ranking and clustering metrics.
+
+Ranking: for one user with held-out target set ``T`` and a ranked list ``R`` (train items excluded by the
+ranker), ``Recall@K = |R[:K] & T| / |T|`` and ``NDCG@K = DCG / IDCG`` with binary gains,
+``DCG = sum_{r < K, R[r] in T} 1 / log2(r + 2)`` and ``IDCG`` the DCG of a perfect list of
+``min(K, |T|)`` hits (He et al., "LightGCN", SIGIR 2020, use the same definitions). Both are averaged over
+users with at least one target.
+
+Clustering: normalised mutual information with the arithmetic-mean normalisation
+``NMI = I(U; V) / ((H(U) + H(V)) / 2)`` (the default of scikit-learn), computed from the contingency table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def _discounts(k: int) -> np.ndarray:
+    return 1.0 / np.log2(np.arange(2, k + 2, dtype=np.float64))
+
+
+def hits_matrix(top_k: np.ndarray, targets: Sequence[set[int]] | sp.csr_matrix) -> np.ndarray:
+    """Bool ``[B, K]``: whether the item at each rank is a target of that row's user.
+
+    Args:
+        top_k: int ``[B, K]`` ranked item indices (``-1`` = no item at that rank).
+        targets: per row, the target item set, or a ``[B, I]`` CSR whose non-zeros are the targets.
+    """
+    hits = np.zeros(top_k.shape, dtype=bool)
+    for b in range(top_k.shape[0]):
+        if sp.issparse(targets):
+            row = targets.indices[targets.indptr[b]:targets.indptr[b + 1]]
+        else:
+            row = np.fromiter(targets[b], dtype=np.int64)
+        hits[b] = np.isin(top_k[b], row) & (top_k[b] >= 0)
+    return hits
+
+
+def recall_at_k(hits: np.ndarray, n_targets: np.ndarray) -> np.ndarray:
+    """Per-user Recall@K from a ``[B, K]`` hit matrix and the number of targets of each user (``> 0``)."""
+    return hits.sum(1) / np.asarray(n_targets, dtype=np.float64)
+
+
+def ndcg_at_k(hits: np.ndarray, n_targets: np.ndarray) -> np.ndarray:
+    """Per-user NDCG@K (binary relevance) from a ``[B, K]`` hit matrix and per-user target counts (``> 0``)."""
+    k = hits.shape[1]
+    disc = _discounts(k)
+    dcg = (hits * disc).sum(1)
+    ideal = np.cumsum(disc)[np.minimum(np.asarray(n_targets), k) - 1]
+    return dcg / ideal
+
+
+def entropy(counts: np.ndarray) -> float:
+    """Shannon entropy (nats) of a count vector."""
+    p = np.asarray(counts, dtype=np.float64)
+    p = p[p > 0] / p.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def nmi(labels_true: Sequence, labels_pred: Sequence) -> float:
+    """Normalised mutual information (arithmetic normalisation) of two labelings of the same items.
+
+    Args:
+        labels_true: reference labels (any hashable values, e.g. planted interest ids).
+        labels_pred: predicted labels, same length.
+
+    Returns:
+        A value in ``[0, 1]``; 1.0 when both labelings are identical up to renaming (including the case where
+        both put everything in one cluster).
+    """
+    a = np.asarray(labels_true)
+    b = np.asarray(labels_pred)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"label arrays must be 1-D and equally long, got {a.shape} and {b.shape}")
+    if a.size == 0:
+        raise ValueError("no labels")
+    _, ia = np.unique(a, return_inverse=True)
+    _, ib = np.unique(b, return_inverse=True)
+    table = sp.coo_matrix((np.ones(a.size), (ia, ib))).tocsr()
+    table.sum_duplicates()
+    h_a = entropy(np.asarray(table.sum(1)).ravel())
+    h_b = entropy(np.asarray(table.sum(0)).ravel())
+    if h_a == 0.0 and h_b == 0.0:
+        return 1.0
+    n = float(a.size)
+    coo = table.tocoo()
+    pa = np.asarray(table.sum(1)).ravel()[coo.row] / n
+    pb = np.asarray(table.sum(0)).ravel()[coo.col] / n
+    pab = coo.data / n
+    mi = float((pab * np.log(pab / (pa * pb))).sum())
+    return float(np.clip(mi / ((h_a + h_b) / 2.0), 0.0, 1.0))
+
+
+def cluster_usage(assignments: np.ndarray, num_clusters: int) -> dict[str, float]:
+    """How a level's prototypes are used by hard assignments.
+
+    Args:
+        assignments: int ``[N]`` cluster index of each node (argmax of its probabilities).
+        num_clusters: prototypes at that level.
+
+    Returns:
+        ``clusters_used`` (distinct clusters with a member), ``used_share`` (that over ``num_clusters``),
+        ``usage_perplexity`` (``exp`` of the entropy of cluster sizes: the effective number of clusters) and
+        ``largest_share`` (fraction of nodes in the biggest cluster).
+    """
+    counts = np.bincount(np.asarray(assignments, dtype=np.int64), minlength=num_clusters)
+    total = max(int(counts.sum()), 1)
+    used = int((counts > 0).sum())
+    return {
+        "clusters_used": float(used),
+        "used_share": used / num_clusters,
+        "usage_perplexity": float(np.exp(entropy(counts))) if counts.sum() else 0.0,
+        "largest_share": float(counts.max() / total) if counts.size else 0.0,
+    }
