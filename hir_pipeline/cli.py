@@ -51,19 +51,24 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 
 def _resolve_partition(source: str, partition: str | None) -> tuple[str, str]:
-    """(partition key, ingestion window): the given day, or the source's latest event date as a backfill."""
-    if partition:
-        dt.date.fromisoformat(partition)  # fail fast on a malformed date
-        return partition, "day"
+    """(partition key, ingestion window): the given day, or the source's latest event date as a backfill.
+
+    The source's schema is checked here, before any run starts, so a broken source fails with one
+    line naming the table and column and nothing is written.
+    """
     from hir_pipeline.settings import default_spark_master
     from resources import SourceResource, SparkResource
     from spark_jobs.source_reader import latest_event_date, read_source
 
+    if partition:
+        dt.date.fromisoformat(partition)  # fail fast on a malformed date
     spark = SparkResource(master=default_spark_master()).get_session()
-    folder = SourceResource(location=source).prepare(spark)
-    latest = latest_event_date(read_source(spark, folder)["events"])
+    events = read_source(spark, SourceResource(location=source).prepare(spark))["events"]
+    if partition:
+        return partition, "day"
+    latest = latest_event_date(events)
     if latest is None:
-        raise SystemExit(f"hir: source {source!r} has no event with a parseable event_ts")
+        raise ValueError(f"source {source!r} has no event with a parseable event_ts")
     return latest.isoformat(), "all"
 
 
@@ -137,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
+    # Third-party libraries (GX, py4j) are chatty at INFO; Dagster's own run logs still print.
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     from spark_jobs.source_reader import SourceError
 
     try:

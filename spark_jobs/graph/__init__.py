@@ -8,6 +8,9 @@
 from spark_jobs.graph.config import GraphConfig
 from spark_jobs.graph.edges import build_edges
 from spark_jobs.graph.nodes import build_nodes
-from spark_jobs.graph.views import affected_anchors, build_views, update_views
+from spark_jobs.graph.views import affected_anchors, anchors_to_recompute, build_views, update_views
 
-__all__ = ["GraphConfig", "affected_anchors", "build_edges", "build_nodes", "build_views", "update_views"]
+__all__ = [
+    "GraphConfig", "affected_anchors", "anchors_to_recompute", "build_edges", "build_nodes", "build_views",
+    "update_views",
+]

@@ -311,6 +311,30 @@ def affected_anchors(edges_old: DataFrame, edges_new: DataFrame, hops: int, rtol
     return reached
 
 
+def anchors_to_recompute(
+    old_nodes: DataFrame,
+    old_edges: DataFrame,
+    nodes: DataFrame,
+    edges: DataFrame,
+    config: GraphConfig | None = None,
+) -> DataFrame:
+    """``entity_id`` of every anchor :func:`update_views` samples again: affected ones plus new entities.
+
+    Args:
+        old_nodes, old_edges: the previous run's graph tables.
+        nodes, edges: this run's graph tables.
+        config: the view settings (only the number of hops matters here).
+
+    Returns:
+        Distinct ``entity_id`` (it may name entities absent from ``nodes``; they get no view).
+    """
+    config = config or GraphConfig()
+    hops = max(config.broad_hops, config.narrow_hops)
+    affected = affected_anchors(old_edges, edges, hops)
+    new_ids = nodes.select("entity_id").join(old_nodes.select("entity_id"), "entity_id", "left_anti")
+    return affected.unionByName(new_ids).distinct()
+
+
 def update_views(
     old_views: DataFrame,
     old_nodes: DataFrame,
@@ -320,6 +344,7 @@ def update_views(
     old_run_date: dt.date,
     run_date: dt.date,
     config: GraphConfig | None = None,
+    redo_ids: DataFrame | None = None,
 ) -> DataFrame:
     """Nightly increment of ``graph_views``: recompute affected and new anchors, carry the others over.
 
@@ -330,15 +355,15 @@ def update_views(
             :func:`affected_anchors`).
         run_date: this run's date.
         config: the same :class:`GraphConfig` as the previous run (same seed, fan-outs, half life).
+        redo_ids: :func:`anchors_to_recompute` of these tables when the caller already has it (e.g. to count
+            it); computed here when ``None``.
 
     Returns:
         The full ``graph_views`` table of this run, equal to :func:`build_views` on ``nodes, edges``.
     """
     config = config or GraphConfig()
-    hops = max(config.broad_hops, config.narrow_hops)
-    affected = affected_anchors(old_edges, edges, hops)
-    new_ids = nodes.select("entity_id").join(old_nodes.select("entity_id"), "entity_id", "left_anti")
-    redo_ids = affected.unionByName(new_ids).distinct()
+    if redo_ids is None:
+        redo_ids = anchors_to_recompute(old_nodes, old_edges, nodes, edges, config)
     redo = nodes.join(redo_ids, "entity_id").select(F.col("node_idx").alias("anchor_idx"))
     fresh = build_views(nodes, edges, run_date, config, anchors=redo)
     keep = old_views.join(redo_ids.withColumnRenamed("entity_id", "anchor_id"), "anchor_id", "left_anti").join(
