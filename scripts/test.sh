@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set everything up and run the test suite (the same command CI runs through .ci/run).
+# Extra arguments go to pytest, e.g. `scripts/test.sh -m "not slow"` or `scripts/test.sh tests/assets`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap_env.sh
+.venv/bin/hir setup
+if [ -x scripts/install_test_services.sh ]; then
+  scripts/install_test_services.sh   # Chromium and PostgreSQL for the operations tests
+fi
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1   # models load from installed packages only
+exec .venv/bin/pytest -q --timeout=1200 "$@"
