@@ -10,7 +10,8 @@ import dagster as dg
 #: First day a partition exists for (``HIR_PARTITIONS_START``); MovieLens-100k starts in 1997.
 PARTITIONS_START = os.environ.get("HIR_PARTITIONS_START", "1997-01-01")
 
-daily_partitions = dg.DailyPartitionsDefinition(start_date=PARTITIONS_START, timezone="UTC", end_offset=1)
+#: The nightly schedule at 02:00 UTC runs the day that just ended (the last complete partition).
+daily_partitions = dg.DailyPartitionsDefinition(start_date=PARTITIONS_START, timezone="UTC")
 
 
 def run_date(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext) -> dt.date:
