@@ -1,0 +1,195 @@
+"""Everything the trainer needs about one graph, as compact numpy arrays (torch / numpy only).
+
+:class:`ModelInputs` is the hand-off between the data layer (``spark_jobs.model_inputs`` collects it from
+the ``graph_nodes``, ``graph_views``, ``graph_edges`` and ``content_embeddings`` tables) and the model
+(:func:`hir_pipeline.training.fit.fit_and_embed`). It holds no Spark or Dagster objects, so it can be built
+by hand in a test, pickled to another machine, or built from a train split for evaluation.
+
+Views are the view dicts of ``hir_pipeline.model.batch``; their arrays are slices of a few shared flat
+buffers (see :func:`views_from_flat`), so a view costs its bytes plus one small dict, not a Python list per node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hir_pipeline.model.features import NodeFeatures
+
+#: Engagement pairs: ``(user_idx int64[P], item_idx int64[P], weight float32[P])``.
+Engagement = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def views_from_flat(
+    anchor_idx: np.ndarray,
+    node_offsets: np.ndarray,
+    nodes: np.ndarray,
+    node_types: np.ndarray,
+    pair_offsets: np.ndarray,
+    dist: np.ndarray,
+    edge_types: np.ndarray,
+) -> list[dict[str, Any]]:
+    """View dicts over flat (Arrow-style offsets + values) buffers, without copying them.
+
+    Args:
+        anchor_idx: int ``[V]`` anchor node of each view.
+        node_offsets: int ``[V + 1]``; view ``i`` holds ``nodes[node_offsets[i]:node_offsets[i + 1]]``.
+        nodes: int64 flat node indices (``nodes[node_offsets[i]] == anchor_idx[i]``).
+        node_types: int flat node types, aligned with ``nodes``.
+        pair_offsets: int ``[V + 1]`` offsets into ``dist`` / ``edge_types`` (``n * n`` entries per view).
+        dist: int8 flat row-major distance matrices.
+        edge_types: uint8 flat row-major edge-type matrices.
+    """
+    nodes = np.asarray(nodes, dtype=np.int64)
+    node_types = np.asarray(node_types)
+    dist = np.asarray(dist).view(np.int8)
+    edge_types = np.asarray(edge_types).view(np.uint8)
+    out = []
+    for i, anchor in enumerate(np.asarray(anchor_idx, dtype=np.int64).tolist()):
+        a, b = int(node_offsets[i]), int(node_offsets[i + 1])
+        p, q = int(pair_offsets[i]), int(pair_offsets[i + 1])
+        out.append({"anchor_idx": anchor, "nodes": nodes[a:b], "node_types": node_types[a:b],
+                    "dist": dist[p:q], "edge_types": edge_types[p:q]})
+    return out
+
+
+@dataclass
+class ModelInputs:
+    """Per-node features, views and engagement pairs of one graph, rows indexed by ``node_idx`` ``0..N-1``.
+
+    Args:
+        entity_ids: str ``[N]`` entity id of each node.
+        entity_types: str ``[N]`` entity type of each node.
+        node_type: int64 ``[N]`` index into ``contracts.ENTITY_TYPES``.
+        degree_bucket: int64 ``[N]`` (``graph_nodes.degree_bucket``).
+        has_history: bool ``[N]`` took part in any event edge.
+        content: float32 ``[N, Dc]`` content embeddings, zero rows where absent (``Dc`` may be 0).
+        has_content: bool ``[N]``.
+        broad_views: teacher view dicts, at most one per anchor.
+        narrow_views: student view dicts, at most one per anchor.
+        engagement: funnel-weighted ``(user_idx, item_idx, weight)`` pairs, sorted by (user, item).
+        max_edge_type: highest edge type id in the graph (0 when there are no edges).
+        provenance: free-form description of where the inputs came from (table versions, ...).
+    """
+
+    entity_ids: np.ndarray
+    entity_types: np.ndarray
+    node_type: np.ndarray
+    degree_bucket: np.ndarray
+    has_history: np.ndarray
+    content: np.ndarray
+    has_content: np.ndarray
+    broad_views: list[dict[str, Any]]
+    narrow_views: list[dict[str, Any]]
+    engagement: Engagement
+    max_edge_type: int = 0
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.entity_ids)
+        for name in ("entity_types", "node_type", "degree_bucket", "has_history", "content", "has_content"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"{name} has {len(getattr(self, name))} rows for {n} nodes")
+        for name in ("broad_views", "narrow_views"):
+            anchors = [int(v["anchor_idx"]) for v in getattr(self, name)]
+            if len(set(anchors)) != len(anchors):
+                raise ValueError(f"{name} holds more than one view for some anchor")
+            if anchors and not 0 <= min(anchors) <= max(anchors) < n:
+                raise ValueError(f"{name} has an anchor outside 0..{n - 1}")
+        users, items, weight = self.engagement
+        if not len(users) == len(items) == len(weight):
+            raise ValueError("engagement arrays differ in length")
+        if len(users) and not (min(users.min(), items.min()) >= 0 and max(users.max(), items.max()) < n):
+            raise ValueError("engagement pair outside the node range")
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.entity_ids)
+
+    @property
+    def content_dim(self) -> int:
+        return int(self.content.shape[1]) if self.content.ndim == 2 else 0
+
+    def features(self, id_buckets: int) -> NodeFeatures:
+        """The model's :class:`NodeFeatures` (``id_buckets`` = ``ModelConfig.id_buckets``)."""
+        return NodeFeatures.from_arrays(self.entity_ids.tolist(), self.node_type, self.degree_bucket,
+                                        self.has_history, id_buckets, self.content, self.has_content,
+                                        content_dim=self.content_dim)
+
+    def summary(self) -> dict[str, int]:
+        """Counts worth logging: nodes, views, pairs, content coverage, collected bytes."""
+        return {
+            "num_nodes": self.num_nodes,
+            "num_broad_views": len(self.broad_views),
+            "num_narrow_views": len(self.narrow_views),
+            "num_engagement_pairs": len(self.engagement[0]),
+            "nodes_with_content": int(np.count_nonzero(self.has_content)),
+            "nodes_with_history": int(np.count_nonzero(self.has_history)),
+            "content_dim": self.content_dim,
+            "max_edge_type": int(self.max_edge_type),
+            "array_bytes": self.nbytes(),
+        }
+
+    def nbytes(self) -> int:
+        """Bytes held by the numpy arrays (views counted once; Python object overhead not included)."""
+        total = sum(np.asarray(a).nbytes for a in (self.node_type, self.degree_bucket, self.has_history,
+                                                   self.content, self.has_content, *self.engagement))
+        for views in (self.broad_views, self.narrow_views):
+            for v in views:
+                total += sum(np.asarray(v[k]).nbytes for k in ("nodes", "node_types", "dist", "edge_types"))
+        return int(total)
+
+    def fingerprint(self) -> str:
+        """Content hash of every array (blake2b): equal inputs give equal fingerprints on every host.
+
+        Used to refuse resuming from a checkpoint trained on other data. Cost: one pass over the bytes.
+        """
+        h = hashlib.blake2b(digest_size=16)
+
+        def add(arr: Any) -> None:
+            a = np.ascontiguousarray(arr)
+            h.update(str(a.dtype).encode())
+            h.update(str(a.shape).encode())
+            h.update(a.tobytes())
+
+        h.update("\x1f".join(map(str, self.entity_ids)).encode("utf-8"))
+        h.update("\x1f".join(map(str, self.entity_types)).encode("utf-8"))
+        for arr in (self.node_type, self.degree_bucket, self.has_history, self.content, self.has_content,
+                    *self.engagement):
+            add(arr)
+        for name in ("broad_views", "narrow_views"):
+            h.update(name.encode())
+            for v in sorted(getattr(self, name), key=lambda v: int(v["anchor_idx"])):
+                h.update(int(v["anchor_idx"]).to_bytes(8, "little", signed=True))
+                add(np.asarray(v["nodes"], dtype=np.int64))
+                add(np.asarray(v["node_types"], dtype=np.int64))
+                add(_raw(v["dist"], np.int8))
+                add(_raw(v["edge_types"], np.uint8))
+        h.update(str(int(self.max_edge_type)).encode())
+        return h.hexdigest()
+
+
+def _raw(value: Any, dtype: type) -> np.ndarray:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return np.frombuffer(value, dtype=dtype)
+    return np.asarray(value).astype(dtype, copy=False)
+
+
+def engagement_arrays(users: Sequence[int], items: Sequence[int], weights: Sequence[float]) -> Engagement:
+    """Engagement arrays in canonical order (sorted by user, then item), so sampling does not depend on the
+    order rows were collected in.
+
+    Args:
+        users: user node index of each pair.
+        items: item node index of each pair.
+        weights: funnel weight of each pair.
+    """
+    u = np.asarray(users, dtype=np.int64)
+    i = np.asarray(items, dtype=np.int64)
+    w = np.asarray(weights, dtype=np.float32)
+    order = np.lexsort((i, u))
+    return u[order], i[order], w[order]

@@ -1,0 +1,222 @@
+"""Graph Delta tables -> :class:`~hir_pipeline.training.inputs.ModelInputs` (Spark -> numpy, on the driver).
+
+The trainer runs on one machine, so the graph is collected to the driver once per training run, through Arrow
+(``DataFrame.toArrow``: columnar batches, no per-row Python objects), and only as compact small-integer arrays:
+
+==========================  =====================================================================================
+what                         driver memory (``N`` nodes, ``V`` views of ``n`` nodes each, ``P`` pairs, ``Dc``)
+==========================  =====================================================================================
+node features                ``N * (3 small ints + Dc float32)``, plus the ``N`` id strings
+views                        ``V * (9 n + 2 n^2)`` bytes (int64 node ids, int8 types, int8 distances, uint8 edge
+                             types), plus one small dict per view (~0.5 KB of Python overhead)
+engagement pairs             ``20 P`` bytes
+==========================  =====================================================================================
+
+For example 1 M nodes with 384-d content, broad views of ~40 and narrow views of ~9 nodes and 5 M pairs need
+about 1.5 GB (content) + 3.4 GB (views) + 0.1 GB (pairs) + 1 GB of dicts and ids: size the driver
+(``spark.driver.memory``) and ``spark.driver.maxResultSize`` accordingly. Arrow batches are turned into numpy
+without copies, one batch at a time, so no single buffer has to hold a whole column.
+
+Nothing is collected that the model does not read: no degree maps, weights or entity text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from hir_pipeline.contracts import DEFAULT_FUNNEL, VIEW_BROAD, VIEW_NARROW
+from hir_pipeline.training.inputs import ModelInputs, engagement_arrays, views_from_flat
+
+
+def default_engagement_weights(funnel: Sequence[str]) -> tuple[float, ...]:
+    """Funnel depth above the first stage: ``impression 0 (not engagement), click 1, add_to_cart 2,
+    conversion 3`` for the default funnel, so a conversion counts three times a click."""
+    return tuple(float(i) for i in range(len(funnel)))
+
+
+def _list_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets, values)`` of a list array, offsets rebased to start at 0 (zero-copy where Arrow allows)."""
+    if arr.null_count:
+        raise ValueError(f"unexpected null list in column of type {arr.type}")
+    offsets = arr.offsets.to_numpy().astype(np.int64)
+    values = arr.values.to_numpy(zero_copy_only=False)
+    return offsets - offsets[0], values[offsets[0]:offsets[-1]]
+
+
+def _binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets, bytes as uint8)`` of a binary array, read straight from its Arrow buffers, offsets rebased."""
+    if arr.null_count:
+        raise ValueError("unexpected null binary value")
+    if len(arr) == 0:
+        return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.uint8)
+    _, offs, data = arr.buffers()
+    width = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
+    offsets = np.frombuffer(offs, dtype=width)[arr.offset: arr.offset + len(arr) + 1].astype(np.int64)
+    values = np.zeros(0, dtype=np.uint8) if data is None else np.frombuffer(data, dtype=np.uint8)
+    return offsets - offsets[0], values[offsets[0]:offsets[-1]]
+
+
+def collect_nodes(nodes_df: DataFrame) -> dict[str, np.ndarray]:
+    """Node columns ordered by ``node_idx`` (which must be dense ``0..N-1``)."""
+    table = nodes_df.select(
+        F.col("node_idx").cast("long"), "entity_id", "entity_type", F.col("node_type").cast("int"),
+        F.col("degree_bucket").cast("int"), F.col("has_history").cast("boolean"),
+    ).toArrow()
+    idx = table.column("node_idx").to_numpy()
+    order = np.argsort(idx, kind="stable")
+    if not np.array_equal(idx[order], np.arange(len(idx))):
+        raise ValueError("graph_nodes.node_idx must be dense 0..N-1 with no duplicates (one run_date only?)")
+    return {
+        "entity_ids": np.asarray(table.column("entity_id").to_pylist(), dtype=object)[order],
+        "entity_types": np.asarray(table.column("entity_type").to_pylist(), dtype=object)[order],
+        "node_type": table.column("node_type").to_numpy().astype(np.int64)[order],
+        "degree_bucket": table.column("degree_bucket").to_numpy().astype(np.int64)[order],
+        "has_history": table.column("has_history").to_numpy(zero_copy_only=False).astype(bool)[order],
+    }
+
+
+def collect_views(views_df: DataFrame, num_nodes: int | None = None) -> dict[str, list[dict[str, Any]]]:
+    """View dicts by view name (``broad`` / ``narrow``), each array a zero-copy slice of an Arrow batch.
+
+    Args:
+        views_df: ``graph_views`` rows.
+        num_nodes: when given, every node index must be below it (views and nodes of the same run).
+    """
+    table = views_df.select(
+        F.col("anchor_idx").cast("long"), "view", "nodes", "node_types", "dist", "edge_types"
+    ).toArrow()
+    out: dict[str, list[dict[str, Any]]] = {VIEW_BROAD: [], VIEW_NARROW: []}
+    for batch in table.to_batches():
+        if batch.num_rows == 0:
+            continue
+        node_off, nodes = _list_parts(batch.column("nodes"))
+        type_off, types = _list_parts(batch.column("node_types"))
+        dist_off, dist = _binary_parts(batch.column("dist"))
+        edge_off, edges = _binary_parts(batch.column("edge_types"))
+        anchors = batch.column("anchor_idx").to_numpy()
+        sizes = np.diff(node_off)
+        if not (np.array_equal(node_off, type_off) and np.array_equal(sizes * sizes, np.diff(dist_off))
+                and np.array_equal(dist_off, edge_off)):
+            raise ValueError("graph_views rows must hold n node types and n*n dist / edge_types bytes")
+        if np.any(sizes == 0) or not np.array_equal(nodes[node_off[:-1]], anchors):
+            raise ValueError("every graph_views row must start with its anchor (nodes[0] == anchor_idx)")
+        if num_nodes is not None and (nodes.min(initial=0) < 0 or nodes.max(initial=0) >= num_nodes):
+            raise ValueError(f"a view references a node_idx outside 0..{num_nodes - 1}: views and nodes of "
+                             "different runs?")
+        views = views_from_flat(anchors, node_off, nodes, types, dist_off, dist, edges)
+        for name, view in zip(batch.column("view").to_pylist(), views, strict=True):
+            if name not in out:
+                raise ValueError(f"unknown view name {name!r}")
+            out[name].append(view)
+    return out
+
+
+def collect_content(content_df: DataFrame | None, nodes_df: DataFrame, num_nodes: int,
+                    column: str = "embedding") -> tuple[np.ndarray, np.ndarray]:
+    """``(content float32 [N, Dc], has_content bool [N])`` from a ``content_embeddings`` frame.
+
+    Rows are matched to nodes by ``entity_id`` in Spark, so only vectors of this graph's nodes are collected;
+    entities without a row (or with a null vector) get a zero row and ``has_content = False``.
+
+    Args:
+        content_df: ``content_embeddings`` rows (one per entity), or ``None`` for no content at all.
+        nodes_df: the ``graph_nodes`` rows of the same run.
+        num_nodes: ``N``.
+        column: the vector column (default the fused ``embedding``).
+    """
+    if content_df is None:
+        return np.zeros((num_nodes, 0), dtype=np.float32), np.zeros(num_nodes, dtype=bool)
+    table = (
+        content_df.where(F.col(column).isNotNull())
+        .select("entity_id", F.col(column).cast("array<float>").alias("_v"))
+        .join(nodes_df.select("entity_id", F.col("node_idx").cast("long")), "entity_id")
+        .select("node_idx", "_v")
+        .toArrow()
+    )
+    idx_parts, vec_parts, width = [], [], None
+    for batch in table.to_batches():
+        if batch.num_rows == 0:
+            continue
+        offsets, values = _list_parts(batch.column("_v"))
+        lengths = np.unique(np.diff(offsets))
+        if len(lengths) != 1 or (width is not None and lengths[0] != width):
+            raise ValueError(f"content vectors of different widths: {sorted({*lengths.tolist(), width} - {None})}")
+        width = int(lengths[0])
+        idx_parts.append(batch.column("node_idx").to_numpy())
+        vec_parts.append(np.asarray(values, dtype=np.float32).reshape(-1, width))
+    content = np.zeros((num_nodes, width or 0), dtype=np.float32)
+    has = np.zeros(num_nodes, dtype=bool)
+    if idx_parts:
+        idx = np.concatenate(idx_parts)
+        if len(np.unique(idx)) != len(idx):
+            raise ValueError("content_embeddings holds more than one row for some entity (one snapshot only?)")
+        content[idx] = np.concatenate(vec_parts)
+        has[idx] = True
+    return content, has
+
+
+def collect_engagement(edges_df: DataFrame, funnel: Sequence[str], stage_weights: Sequence[float]):
+    """Funnel-weighted ``(user_idx, item_idx, weight)`` pairs from the forward activity edges.
+
+    A forward activity edge (``edge_type`` = a funnel stage, ``src`` = the user) carries the deepest stage
+    the user reached on the item; its pair weight is ``stage_weights[stage]``. Pairs of weight 0 are dropped
+    (by default the shallowest stage, impressions: seen is not engaged).
+    """
+    if len(stage_weights) != len(funnel):
+        raise ValueError(f"{len(stage_weights)} engagement weights for a funnel of {len(funnel)} stages")
+    stage = F.array_position(F.array(*[F.lit(s) for s in funnel]), F.col("edge_type"))
+    weight = F.element_at(F.array(*[F.lit(float(w)) for w in stage_weights]), stage.cast("int"))
+    table = (
+        edges_df.where(stage > 0)
+        .select(F.col("src_idx").cast("long"), F.col("dst_idx").cast("long"), weight.cast("float").alias("w"))
+        .where(F.col("w") > 0)
+        .toArrow()
+    )
+    return engagement_arrays(table.column("src_idx").to_numpy(), table.column("dst_idx").to_numpy(),
+                             table.column("w").to_numpy())
+
+
+def load_model_inputs(
+    nodes_df: DataFrame,
+    views_df: DataFrame,
+    content_df: DataFrame | None,
+    edges_df: DataFrame,
+    *,
+    funnel: Sequence[str] = DEFAULT_FUNNEL,
+    engagement_weights: Sequence[float] | None = None,
+    content_column: str = "embedding",
+    provenance: dict[str, Any] | None = None,
+) -> ModelInputs:
+    """Collect one graph (all frames of the same run date) into :class:`ModelInputs`.
+
+    Args:
+        nodes_df: ``graph_nodes`` rows (``node_idx`` dense ``0..N-1``).
+        views_df: ``graph_views`` rows over the same node index (broad and narrow views).
+        content_df: ``content_embeddings`` rows (one per entity, matched by ``entity_id``), or ``None``.
+        edges_df: ``graph_edges`` rows (engagement pairs and the edge-type vocabulary size).
+        funnel: event types, shallow to deep (``GraphConfig.funnel``): which edge types are activity.
+        engagement_weights: weight of an engaged pair per funnel stage, aligned with ``funnel``; default
+            :func:`default_engagement_weights`.
+        content_column: vector column of ``content_df``.
+        provenance: stored on the result as is (e.g. the Delta versions that were read).
+    """
+    funnel = tuple(funnel)
+    weights = default_engagement_weights(funnel) if engagement_weights is None else tuple(engagement_weights)
+    nodes = collect_nodes(nodes_df)
+    n = len(nodes["entity_ids"])
+    views = collect_views(views_df, n)
+    content, has_content = collect_content(content_df, nodes_df, n, content_column)
+    engagement = collect_engagement(edges_df, funnel, weights)
+    max_edge_type = edges_df.agg(F.coalesce(F.max("edge_type_id"), F.lit(0)).alias("m")).first()["m"]
+    return ModelInputs(
+        entity_ids=nodes["entity_ids"], entity_types=nodes["entity_types"], node_type=nodes["node_type"],
+        degree_bucket=nodes["degree_bucket"], has_history=nodes["has_history"], content=content,
+        has_content=has_content, broad_views=views[VIEW_BROAD], narrow_views=views[VIEW_NARROW],
+        engagement=engagement, max_edge_type=int(max_edge_type), provenance=dict(provenance or {}),
+    )
