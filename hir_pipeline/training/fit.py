@@ -1,0 +1,173 @@
+"""Train on one graph and embed every node: the torch-only core of the training asset.
+
+:func:`fit_and_embed` = :class:`~hir_pipeline.training.trainer.Trainer` (self-distillation + engagement, epoch
+checkpoints, resume) followed by :func:`~hir_pipeline.training.inference.infer` with the EMA teacher over
+*every* node: nodes without a view (no history, no neighbours) get a one-node view and are embedded from their
+content, type and degree alone.
+
+Checkpoints of a run live in one folder together with a ``fingerprint.json`` naming the inputs and settings
+they were trained on (:func:`run_fingerprint`). A later call on the same folder resumes only when the
+fingerprint matches; otherwise the stale checkpoints are deleted and training starts over, so a re-run with
+other data or other hyper-parameters never silently continues someone else's model.
+
+Device: ``TrainConfig.device`` (``auto`` = CUDA when present, else CPU), bf16 autocast on CUDA devices that
+support it. On CPU a fixed seed gives bit-identical results, also across a crash and resume, for a given
+intra-op thread count (``torch.set_num_threads``: float reductions are split by thread).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hir_pipeline.model.config import ModelConfig, TrainConfig
+from hir_pipeline.model.hir_model import HIRModel
+from hir_pipeline.training.inference import InferenceResult
+from hir_pipeline.training.inputs import ModelInputs
+from hir_pipeline.training.trainer import EpochCallback, Trainer, latest_checkpoint
+
+log = logging.getLogger(__name__)
+
+FINGERPRINT_FILE = "fingerprint.json"
+#: TrainConfig fields that do not change what is computed (where and how verbosely it runs).
+_OPERATIONAL_FIELDS = frozenset({"device", "checkpoint_dir", "resume", "keep_checkpoints", "log_every",
+                                 "infer_batch_size"})
+
+
+@dataclass
+class FitResult:
+    """Outcome of :func:`fit_and_embed`.
+
+    Args:
+        model: the trained EMA teacher (the evaluation model), in eval mode, on the training device.
+        model_cfg: the model configuration actually used (``content_dim`` / ``num_edge_types`` fitted to the
+            inputs, see :func:`resolve_model_config`).
+        train_cfg: the training configuration actually used (``checkpoint_dir`` filled in).
+        inference: embeddings and per-level cluster probabilities of every node (row = ``node_idx``).
+        history: per-epoch metrics of every epoch (including epochs done before a resume).
+        centers: per-level teacher centers ``[K_l]`` subtracted before the cluster softmax (centering target).
+        prototypes: per-level L2-normalised prototypes ``[K_l, out_dim]`` (in the projection head's space).
+        device: the torch device trained on.
+        bf16: whether bf16 autocast was used.
+        resumed_epochs: epochs loaded from a checkpoint instead of trained by this call.
+        fingerprint: :func:`run_fingerprint` of this run.
+        train_time_s: wall time of the training loop in this call.
+        infer_time_s: wall time of inference.
+    """
+
+    model: HIRModel
+    model_cfg: ModelConfig
+    train_cfg: TrainConfig
+    inference: InferenceResult
+    history: list[dict[str, Any]]
+    centers: list[np.ndarray]
+    prototypes: list[np.ndarray]
+    device: str
+    bf16: bool
+    resumed_epochs: int
+    fingerprint: str
+    train_time_s: float
+    infer_time_s: float
+
+    @property
+    def final_metrics(self) -> dict[str, float]:
+        """The last epoch's numeric metrics."""
+        last = self.history[-1] if self.history else {}
+        return {k: float(v) for k, v in last.items() if isinstance(v, int | float)}
+
+
+def resolve_model_config(model_cfg: ModelConfig, inputs: ModelInputs) -> ModelConfig:
+    """``model_cfg`` fitted to the data: ``content_dim`` = the content width of ``inputs``; ``num_edge_types``
+    raised to the highest edge type id when the graph has more types than configured."""
+    return dataclasses.replace(model_cfg, content_dim=inputs.content_dim,
+                               num_edge_types=max(model_cfg.num_edge_types, int(inputs.max_edge_type)))
+
+
+def run_fingerprint(inputs: ModelInputs, model_cfg: ModelConfig, train_cfg: TrainConfig,
+                    inputs_fingerprint: str | None = None) -> str:
+    """Hash of the inputs and every setting that changes the trained model (not device, logging, paths).
+
+    Args:
+        inputs: the training inputs.
+        model_cfg: the resolved model configuration.
+        train_cfg: the training configuration.
+        inputs_fingerprint: ``inputs.fingerprint()`` when already computed.
+    """
+    train = {k: v for k, v in dataclasses.asdict(train_cfg).items() if k not in _OPERATIONAL_FIELDS}
+    payload = json.dumps({"inputs": inputs_fingerprint or inputs.fingerprint(),
+                          "model": dataclasses.asdict(model_cfg), "train": train}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def prepare_checkpoint_dir(checkpoint_dir: str | os.PathLike, fingerprint: str) -> int:
+    """Make ``checkpoint_dir`` hold only checkpoints of ``fingerprint``; returns how many epochs it holds.
+
+    Checkpoints written for another fingerprint are deleted (logged as a warning), since resuming them would
+    mix two different trainings.
+    """
+    directory = Path(checkpoint_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    meta = directory / FINGERPRINT_FILE
+    previous = json.loads(meta.read_text()).get("fingerprint") if meta.exists() else None
+    stale = sorted(directory.glob("epoch_*.pt"))
+    if stale and previous != fingerprint:
+        log.warning("discarding %d checkpoint(s) in %s trained on other inputs or settings", len(stale), directory)
+        for path in stale:
+            path.unlink(missing_ok=True)
+    meta.write_text(json.dumps({"fingerprint": fingerprint}))
+    latest = latest_checkpoint(directory)
+    return 0 if latest is None else int(latest.stem.split("_")[1]) + 1
+
+
+def fit_and_embed(
+    inputs: ModelInputs,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    checkpoint_dir: str | os.PathLike,
+    on_epoch_end: EpochCallback | None = None,
+    fingerprint: str | None = None,
+) -> FitResult:
+    """Train (resuming from ``checkpoint_dir`` when it holds checkpoints of this run) and embed every node.
+
+    Args:
+        inputs: features, views and engagement pairs of the graph.
+        model_cfg: model configuration; ``content_dim`` and ``num_edge_types`` are fitted to ``inputs``.
+        train_cfg: training configuration (its ``checkpoint_dir`` is replaced by ``checkpoint_dir``).
+        checkpoint_dir: folder of this run's per-epoch checkpoints (created).
+        on_epoch_end: ``callback(epoch, metrics)`` after each trained epoch, after its checkpoint is written; an
+            exception raised there stops training, and the next call resumes after that epoch.
+        fingerprint: precomputed :func:`run_fingerprint` (computed here when ``None``).
+    """
+    model_cfg = resolve_model_config(model_cfg, inputs)
+    train_cfg = dataclasses.replace(train_cfg, checkpoint_dir=str(checkpoint_dir), resume=True)
+    fingerprint = fingerprint or run_fingerprint(inputs, model_cfg, train_cfg)
+    done = prepare_checkpoint_dir(checkpoint_dir, fingerprint)
+    features = inputs.features(model_cfg.id_buckets)
+    narrow = inputs.narrow_views or None
+    trainer = Trainer(model_cfg, train_cfg, features, inputs.broad_views, narrow, inputs.engagement,
+                      on_epoch_end=on_epoch_end)
+    log.info("fit %s: %s, %d epoch(s) already in %s", fingerprint[:12], inputs.summary(), done, checkpoint_dir)
+    t0 = time.perf_counter()
+    history = trainer.fit()
+    train_time = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    inference = trainer.infer(inputs.broad_views)
+    infer_time = time.perf_counter() - t0
+    trainer.teacher.train(False)
+    protos = [p.detach().float() for p in trainer.teacher.hierarchy.prototypes]
+    return FitResult(
+        model=trainer.teacher, model_cfg=model_cfg, train_cfg=train_cfg, inference=inference,
+        history=list(history), centers=[c.float().reshape(-1).cpu().numpy() for c in trainer.centers()],
+        prototypes=[(p / p.norm(dim=-1, keepdim=True).clamp_min(1e-12)).cpu().numpy() for p in protos],
+        device=str(trainer.device), bf16=trainer.use_bf16, resumed_epochs=done, fingerprint=fingerprint,
+        train_time_s=train_time, infer_time_s=infer_time,
+    )

@@ -1,0 +1,109 @@
+"""fit_and_embed: every node embedded, fixed seed = identical results on CPU, resume, stale checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from hir_pipeline.contracts import ENTITY_TYPES
+from hir_pipeline.model import ModelConfig, TrainConfig
+from hir_pipeline.training.fit import FINGERPRINT_FILE, fit_and_embed
+from hir_pipeline.training.inputs import ModelInputs
+from hir_pipeline.training.toy import make_toy_graph
+
+MODEL = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, out_dim=8, content_dim=999, id_buckets=64,
+                    level_sizes=(2, 4), max_dist=3, num_edge_types=4, attn_block_size=16, teacher_temp=0.07)
+TRAIN = TrainConfig(epochs=2, batch_size=8, engagement_batch_size=8, lr=3e-3, warmup_steps=2, log_every=0,
+                    pad_to=16, seed=5, device="cpu")
+NO_VIEW = 3  # the last nodes get no view: embedded from their own features
+
+
+@pytest.fixture(scope="module")
+def inputs() -> ModelInputs:
+    toy = make_toy_graph(num_communities=2, users_per=6, items_per=4, content_dim=8, broad_cap=12, narrow_cap=6,
+                         id_buckets=64, seed=0)
+    f = toy.features
+    return ModelInputs(
+        entity_ids=np.asarray(toy.entity_ids, dtype=object),
+        entity_types=np.asarray([ENTITY_TYPES[t] for t in f.node_type.tolist()], dtype=object),
+        node_type=f.node_type.numpy(), degree_bucket=f.degree_bucket.numpy(), has_history=f.has_history.numpy(),
+        content=f.content.numpy(), has_content=f.has_content.numpy(),
+        broad_views=toy.broad_views[:-NO_VIEW], narrow_views=toy.narrow_views[:-NO_VIEW],
+        engagement=toy.engagement, max_edge_type=10,
+    )
+
+
+@pytest.fixture(scope="module")
+def straight(inputs, tmp_path_factory):
+    # Same intra-op thread count as the tests (conftest): CPU float reductions are reproducible for a fixed seed
+    # *and* thread count, not across thread counts.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return fit_and_embed(inputs, MODEL, TRAIN, tmp_path_factory.mktemp("straight"))
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_every_node_embedded_and_seed_reproducible(inputs, straight, tmp_path):
+    n = inputs.num_nodes
+    res = straight.inference
+    assert res.embeddings.shape == (n, MODEL.out_dim) and np.isfinite(res.embeddings).all()
+    np.testing.assert_allclose(np.linalg.norm(res.embeddings, axis=1), 1.0, atol=1e-5)
+    assert [p.shape for p in res.probs] == [(n, 2), (n, 4)]
+    assert res.has_view.tolist() == [True] * (n - NO_VIEW) + [False] * NO_VIEW
+    assert straight.model_cfg.content_dim == 8 and straight.model_cfg.num_edge_types == 10  # fitted to the data
+    assert straight.device == "cpu" and not straight.bf16 and straight.resumed_epochs == 0
+    assert [h["epoch"] for h in straight.history] == [0, 1] and "perplexity_level_1" in straight.final_metrics
+    assert [p.shape for p in straight.prototypes] == [(2, 8), (4, 8)] and len(straight.centers) == 2
+
+    again = fit_and_embed(inputs, MODEL, TRAIN, tmp_path / "again")
+    np.testing.assert_array_equal(again.inference.embeddings, res.embeddings)
+    for a, b in zip(again.inference.probs, res.probs, strict=True):
+        np.testing.assert_array_equal(a, b)
+    other = fit_and_embed(inputs, MODEL, dataclasses.replace(TRAIN, seed=6), tmp_path / "other")
+    assert not np.allclose(other.inference.embeddings, res.embeddings)
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+def test_resume_after_crash_reaches_the_same_model(inputs, straight, tmp_path):
+    def crash(epoch, metrics):
+        raise _Crash(f"stopped after epoch {epoch}")
+
+    with pytest.raises(_Crash):
+        fit_and_embed(inputs, MODEL, TRAIN, tmp_path, on_epoch_end=crash)
+    assert sorted(p.name for p in tmp_path.glob("epoch_*.pt")) == ["epoch_0000.pt"]
+    seen = []
+    resumed = fit_and_embed(inputs, MODEL, TRAIN, tmp_path, on_epoch_end=lambda e, m: seen.append(e))
+    assert resumed.resumed_epochs == 1 and seen == [1]
+    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in straight.history]
+    np.testing.assert_array_equal(resumed.inference.embeddings, straight.inference.embeddings)
+
+
+def test_checkpoints_of_other_settings_are_not_resumed(inputs, tmp_path):
+    first = fit_and_embed(inputs, MODEL, TRAIN, tmp_path)
+    finished = fit_and_embed(inputs, MODEL, TRAIN, tmp_path)  # same run: everything comes from the checkpoint
+    assert finished.resumed_epochs == 2 and finished.fingerprint == first.fingerprint
+    np.testing.assert_array_equal(finished.inference.embeddings, first.inference.embeddings)
+
+    changed = fit_and_embed(inputs, MODEL, dataclasses.replace(TRAIN, lr=1e-3), tmp_path)
+    assert changed.resumed_epochs == 0 and changed.fingerprint != first.fingerprint
+    assert json.loads((tmp_path / FINGERPRINT_FILE).read_text())["fingerprint"] == changed.fingerprint
+    assert not np.allclose(changed.inference.embeddings, first.inference.embeddings)
+    # the operational settings do not count: another log interval still resumes
+    quiet = fit_and_embed(inputs, MODEL, dataclasses.replace(TRAIN, lr=1e-3, log_every=1), tmp_path)
+    assert quiet.resumed_epochs == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_bf16_when_present(inputs, tmp_path):
+    res = fit_and_embed(inputs, MODEL, dataclasses.replace(TRAIN, device="auto"), tmp_path)
+    assert res.device.startswith("cuda") and res.bf16 == torch.cuda.is_bf16_supported()
+    assert np.isfinite(res.inference.embeddings).all() and res.inference.embeddings.shape[0] == inputs.num_nodes
