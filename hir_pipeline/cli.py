@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Dagster asset selection, e.g. 'group:ingestion' or 'key:entities+' (default: all)")
     mat.set_defaults(func=cmd_materialize)
 
+    from hir_pipeline.query import add_query_parser
+
+    add_query_parser(sub)
     return parser
 
 
