@@ -144,3 +144,12 @@ def edge_type_vocabulary(funnel: tuple[str, ...] = DEFAULT_FUNNEL,
     """
     forward = [*funnel, *sorted(set(relations))]
     return tuple(t for name in forward for t in (name, f"rev_{name}"))
+
+
+# --- Evaluation table (written by the ``evaluation_report`` asset) -----------------------------------------------
+#
+# evaluation_metrics: one row per (method, split, metric) of a run date. method: hir | popularity | als | lightgcn |
+#   content; split: warm | cold (ranking metrics), all | <entity_type> (clustering metrics of hir); metric e.g.
+#   recall_at_20, ndcg_at_20, users, nmi_level_2, clusters_used_level_0. model_version is the registered version
+#   of the run date's production model the evaluation vouches for ("none" when there is none).
+EVALUATION_METRICS_DDL = "model_version string, run_date date, method string, split string, metric string, value double"
