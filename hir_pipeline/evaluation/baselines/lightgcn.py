@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,7 +56,9 @@ class LightGCNScorer:
         self.losses: list[float] = []
 
     def fit(self, data: EvalData) -> LightGCNScorer:
+        from torch_geometric.nn.conv.gcn_conv import gcn_norm
         from torch_geometric.nn.models import LightGCN
+        from torch_geometric.utils import to_torch_csr_tensor
 
         c = self.config
         n_users, n_items = data.n_users, data.n_items
@@ -63,10 +66,17 @@ class LightGCNScorer:
         users = torch.as_tensor(coo.row, dtype=torch.long)
         items = torch.as_tensor(coo.col, dtype=torch.long) + n_users
         edge_index = torch.cat([torch.stack([users, items]), torch.stack([items, users])], 1)
+        n_nodes = n_users + n_items
+        # the symmetric normalisation D^-1/2 A D^-1/2 is computed once, not in every forward: each step then
+        # propagates with one sparse CSR product per layer
+        norm_index, norm_weight = gcn_norm(edge_index, None, n_nodes, add_self_loops=False)
+        with warnings.catch_warnings():  # "sparse CSR support is in beta": the product used here is stable
+            warnings.simplefilter("ignore", UserWarning)
+            adj = to_torch_csr_tensor(norm_index, norm_weight, size=(n_nodes, n_nodes))
         warm_items = np.flatnonzero(np.asarray(data.train.getnnz(axis=0)) > 0)
         gen = torch.Generator().manual_seed(c.seed)
         torch.manual_seed(c.seed)
-        model = LightGCN(n_users + n_items, c.embedding_dim, c.num_layers)
+        model = LightGCN(n_nodes, c.embedding_dim, c.num_layers, normalize=False)
         opt = torch.optim.Adam(model.parameters(), lr=c.lr)
         n_pairs = coo.nnz
         probs = torch.as_tensor(coo.data / coo.data.sum() if c.weighted_positives else np.full(n_pairs, 1 / n_pairs),
@@ -80,7 +90,7 @@ class LightGCNScorer:
                 u, pos = users[pick], items[pick]
                 neg = warm[torch.randint(len(warm), (c.batch_size,), generator=gen)]
                 label_index = torch.cat([torch.stack([u, pos]), torch.stack([u, neg])], 1)
-                rank = model(edge_index, label_index)
+                rank = model(adj, label_index)
                 pos_rank, neg_rank = rank[:c.batch_size], rank[c.batch_size:]
                 loss = model.recommendation_loss(pos_rank, neg_rank, node_id=torch.unique(label_index),
                                                  lambda_reg=c.lambda_reg)
@@ -91,7 +101,7 @@ class LightGCNScorer:
             self.losses.append(total / steps)
             log.debug("LightGCN epoch %d: BPR loss %.4f", epoch, self.losses[-1])
         with torch.no_grad():
-            emb = model.get_embedding(edge_index).numpy()
+            emb = model.get_embedding(adj).numpy()
         self.user_emb, self.item_emb = emb[:n_users], emb[n_users:]
         return self
 
