@@ -13,6 +13,7 @@ broadcast table.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -417,3 +418,13 @@ def build_publication(
                                              settings),
     }
     return Publication(tables=tables, stable=stable, model_version=version, previous_run_date=previous_date)
+
+
+def write_publication_table(df: DataFrame, path: str, day: dt.date, model_version: str) -> None:
+    """Replace the ``run_date = day`` partition of one published table in a single Delta commit.
+
+    The commit's ``userMetadata`` records ``{"run_date", "model_version"}`` (``DESCRIBE HISTORY``).
+    """
+    meta = json.dumps({"run_date": str(day), "model_version": model_version}, sort_keys=True)
+    (df.write.format("delta").mode("overwrite").option("replaceWhere", f"run_date = '{day}'")
+     .option("userMetadata", meta).partitionBy("run_date").save(path))

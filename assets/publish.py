@@ -1,0 +1,311 @@
+"""Publishing: the model's internal tables -> the four versioned output tables of the contract.
+
+``node_embeddings``, ``cluster_assignments``, ``interest_supergraph`` and ``cluster_profiles`` are written
+for the run date (Delta ``replaceWhere`` on ``run_date``: a re-run replaces only that date), with cluster IDs
+kept stable across model versions (:mod:`hir_pipeline.publish.stable_ids`). The training MLflow run
+(tags ``hir.run_date`` / ``hir.model_version``) gets the published Delta versions, the stability per level
+and two pictures; the registered model version gets the same tags.
+
+Crash safety: each table is replaced in one Delta commit (data files first, then one atomic log entry), so a
+run killed mid-write leaves every table at its previous version. ``node_embeddings`` is written *last* and
+acts as the publication's commit marker: readers (:mod:`hir_pipeline.query`) read the other tables as they
+stood when the marker was committed, so a half-finished publication is never mixed with a finished one.
+"""
+
+import base64
+import datetime as dt
+import hashlib
+import tempfile
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from assets.partitions import daily_partitions, run_date
+from assets.progress import spark_progress
+from hir_pipeline.publish.pictures import ClusterNode, embedding_map_png, hierarchy_sunburst_png
+from hir_pipeline.publish.stable_ids import MatchConfig
+from resources import LakeResource, MLflowResource, SparkResource
+from spark_jobs.delta_io import read_table, table_exists
+from spark_jobs.publish import (
+    Publication,
+    PublishSettings,
+    build_publication,
+    next_cluster_ids,
+    previous_run_date,
+    write_publication_table,
+)
+
+GROUP = "publish"
+#: Write order: node_embeddings last, it is the commit marker readers resolve a publication by.
+WRITE_ORDER = ("cluster_assignments", "interest_supergraph", "cluster_profiles", "node_embeddings")
+MARKER_TABLE = "node_embeddings"
+UPSTREAM = [dg.AssetKey("interest_model"), dg.AssetKey("graph_edges"), dg.AssetKey("entities")]
+#: MLflow tags that identify the training run of a run date and model version.
+TAG_RUN_DATE, TAG_MODEL_VERSION = "hir.run_date", "hir.model_version"
+
+DESCRIPTIONS = {
+    "node_embeddings": "One L2-normalised embedding per entity (one space for every type), per run date.",
+    "cluster_assignments": "Every entity at every level: stable published cluster ID and confidence.",
+    "interest_supergraph": "Cluster-to-cluster edge weights per level, summed over graph edges between members.",
+    "cluster_profiles": "Per cluster: parent, size, TF-IDF label, top members, prototype, how its ID was matched.",
+}
+
+
+class PublishConfig(dg.Config):
+    """How a publication is built.
+
+    Attributes:
+        top_members: entity IDs listed per cluster in ``cluster_profiles.top_members``.
+        top_member_types: entity types eligible as top members (users are left out by default).
+        label_terms: TF-IDF terms per cluster label.
+        min_jaccard: least membership Jaccard for a new cluster to inherit an old cluster's ID.
+        min_cosine: least prototype cosine for the fallback match (clusters without shared members).
+        supergraph_edge_types: graph edge types aggregated into the super-graph (None: all of them).
+        map_points: most embeddings drawn on the 2-D map (a deterministic hash sample).
+        picture_dpi: resolution of the pictures.
+    """
+
+    top_members: int = 10
+    top_member_types: list[str] = ["ad", "campaign", "advertiser", "product", "category"]
+    label_terms: int = 3
+    min_jaccard: float = 0.1
+    min_cosine: float = 0.7
+    supergraph_edge_types: list[str] | None = None
+    map_points: int = 5000
+    picture_dpi: int = 80
+
+    def settings(self) -> PublishSettings:
+        return PublishSettings(
+            match=MatchConfig(min_jaccard=self.min_jaccard, min_cosine=self.min_cosine),
+            top_members=self.top_members,
+            top_member_types=tuple(self.top_member_types),
+            label_terms=self.label_terms,
+            supergraph_edge_types=tuple(self.supergraph_edge_types) if self.supergraph_edge_types else None,
+        )
+
+
+# --- inputs --------------------------------------------------------------------------------------
+
+
+def _require(session: SparkSession, lake: LakeResource, table: str, day: dt.date) -> DataFrame:
+    """The ``run_date = day`` rows of a model table; fails clearly when the model did not run for that date."""
+    path = lake.path(table)
+    rows = read_table(session, path).where(F.col("run_date") == F.lit(day)) if table_exists(session, path) else None
+    if rows is None or rows.isEmpty():
+        raise dg.Failure(f"{table} has no rows for run date {day}: materialize interest_model for {day} first")
+    return rows
+
+
+def _edges(session: SparkSession, lake: LakeResource, day: dt.date) -> tuple[DataFrame, dt.date]:
+    """``graph_edges`` of the latest snapshot on or before ``day``."""
+    path = lake.path("graph_edges")
+    if not table_exists(session, path):
+        raise dg.Failure(f"graph_edges does not exist: materialize graph_edges for {day} first")
+    edges = read_table(session, path)
+    snap = edges.where(F.col("run_date") <= F.lit(day)).agg(F.max("run_date")).first()[0]
+    if snap is None:
+        raise dg.Failure(f"graph_edges has no snapshot on or before {day}")
+    return edges.where(F.col("run_date") == F.lit(snap)), snap
+
+
+def _previous(session: SparkSession, lake: LakeResource, day: dt.date, n_levels: int):
+    """(previous assignments, previous profiles, previous date, next fresh IDs) from the published tables."""
+    a_path, p_path = lake.path("cluster_assignments"), lake.path("cluster_profiles")
+    if not (table_exists(session, a_path) and table_exists(session, p_path)):
+        return None, None, None, [0] * n_levels
+    profiles = read_table(session, p_path)
+    prev = previous_run_date(profiles, day)
+    next_ids = next_cluster_ids(profiles, day, n_levels)
+    if prev is None:
+        return None, None, None, next_ids
+    assignments = read_table(session, a_path).where(F.col("run_date") == F.lit(prev))
+    return assignments, profiles.where(F.col("run_date") == F.lit(prev)), prev, next_ids
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+
+def last_commit(session: SparkSession, path: str) -> tuple[int, int]:
+    """(version, rows written) of the table's latest commit, from the Delta history (no re-read of the data)."""
+    from delta.tables import DeltaTable
+
+    row = DeltaTable.forPath(session, path).history(1).select("version", "operationMetrics").first()
+    return int(row["version"]), int((row["operationMetrics"] or {}).get("numOutputRows", 0))
+
+
+# --- pictures ------------------------------------------------------------------------------------
+
+
+def _pictures(session: SparkSession, lake: LakeResource, day: dt.date, config: PublishConfig) -> dict[str, bytes]:
+    """The hierarchy sunburst and the 2-D embedding map, drawn from the tables just written."""
+    profiles = read_table(session, lake.path("cluster_profiles")).where(F.col("run_date") == F.lit(day)) \
+        .select("level", "cluster_id", "parent_cluster_id", "size", "label").collect()
+    nodes = [ClusterNode(r.level, r.cluster_id, r.parent_cluster_id, r.size, r.label) for r in profiles]
+    coarse = read_table(session, lake.path("cluster_assignments")) \
+        .where((F.col("run_date") == F.lit(day)) & (F.col("level") == 0)).select("entity_id", "cluster_id")
+    sample = (
+        read_table(session, lake.path("node_embeddings")).where(F.col("run_date") == F.lit(day))
+        .select("entity_id", "embedding").join(coarse, "entity_id")
+        .orderBy(F.xxhash64("entity_id"), "entity_id").limit(config.map_points).collect()
+    )
+    labels = {n.cluster_id: n.label for n in nodes if n.level == 0}
+    pictures = {"cluster_hierarchy.png": hierarchy_sunburst_png(nodes, f"Interest hierarchy, {day}",
+                                                                dpi=config.picture_dpi)}
+    if sample:
+        emb = np.asarray([r.embedding for r in sample], dtype=np.float32)
+        pictures["embedding_map.png"] = embedding_map_png(
+            emb, np.asarray([r.cluster_id for r in sample]), labels,
+            f"Embeddings by coarse cluster (PCA, {len(sample):,} entities), {day}", dpi=config.picture_dpi)
+    return pictures
+
+
+def _markdown_image(name: str, png: bytes) -> dg.MetadataValue:
+    return dg.MetadataValue.md(f"![{name}](data:image/png;base64,{base64.b64encode(png).decode('ascii')})")
+
+
+# --- MLflow --------------------------------------------------------------------------------------
+
+
+def find_training_run(mlflow: MLflowResource, day: dt.date, model_version: str) -> str | None:
+    """ID of the newest run tagged with this run date and model version, in the resource's experiment."""
+    from mlflow import MlflowClient
+
+    experiment_id = mlflow.activate()
+    runs = MlflowClient().search_runs(
+        [experiment_id],
+        filter_string=f"tags.`{TAG_RUN_DATE}` = '{day}' AND tags.`{TAG_MODEL_VERSION}` = '{model_version}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    return runs[0].info.run_id if runs else None
+
+
+def log_publication(
+    context: dg.AssetExecutionContext,
+    mlflow: MLflowResource,
+    lake: LakeResource,
+    day: dt.date,
+    publication: Publication,
+    versions: dict[str, int],
+    counts: dict[str, int],
+    pictures: dict[str, bytes],
+) -> str:
+    """Log versions, stability and pictures to the training run (created if missing); returns its ID."""
+    from mlflow import MlflowClient
+    from mlflow.data.delta_dataset_source import DeltaDatasetSource
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.exceptions import MlflowException
+
+    client = MlflowClient()
+    version = publication.model_version
+    run_id = find_training_run(mlflow, day, version)
+    if run_id is None:
+        context.log.warning(f"No MLflow run tagged {TAG_RUN_DATE}={day} {TAG_MODEL_VERSION}={version}; "
+                            "logging the publication to a new run")
+        experiment_id = mlflow.activate()
+        run = client.create_run(experiment_id, run_name=f"publish-{day}",
+                                tags={TAG_RUN_DATE: str(day), TAG_MODEL_VERSION: version, "hir.stage": "publish"})
+        run_id = run.info.run_id
+        client.set_terminated(run_id)
+    tags = {f"hir.published.{t}.delta_version": str(v) for t, v in versions.items()}
+    tags["hir.published.run_date"] = str(day)
+    if publication.previous_run_date is not None:
+        tags["hir.published.previous_run_date"] = str(publication.previous_run_date)
+    for key, value in tags.items():
+        client.set_tag(run_id, key, value)
+    step = int(day.strftime("%Y%m%d"))
+    for level, value in publication.stable.stability().items():
+        if value is not None:
+            client.log_metric(run_id, f"publish.stability.level_{level}", value, step=step)
+    for table, n in counts.items():
+        client.log_metric(run_id, f"publish.rows.{table}", n, step=step)
+    datasets = []
+    for table, v in versions.items():
+        # A metadata-only dataset: the Delta path and version are the lineage; no Spark job to profile it.
+        path = lake.path(table)
+        ds = MetaDataset(source=DeltaDatasetSource(path=path, delta_table_version=v), name=f"{table}@v{v}",
+                         digest=hashlib.md5(f"{path}@{v}".encode()).hexdigest()[:16])
+        datasets.append(DatasetInput(dataset=ds._to_mlflow_entity(),
+                                     tags=[InputTag(key="mlflow.data.context", value="published")]))
+    client.log_inputs(run_id, datasets=datasets)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, png in pictures.items():
+            (Path(tmp) / name).write_bytes(png)
+            client.log_artifact(run_id, str(Path(tmp) / name), artifact_path="publish")
+    try:  # tie the registered model version to what it published
+        for key, value in tags.items():
+            client.set_model_version_tag(mlflow.registered_model, version, key, value)
+    except MlflowException as exc:
+        context.log.info(f"Registered model {mlflow.registered_model!r} v{version} not tagged: {exc.message}")
+    return run_id
+
+
+# --- the asset -----------------------------------------------------------------------------------
+
+
+@dg.multi_asset(
+    name="publish_tables",
+    specs=[dg.AssetSpec(t, group_name=GROUP, deps=UPSTREAM, description=DESCRIPTIONS[t]) for t in WRITE_ORDER],
+    partitions_def=daily_partitions,
+    compute_kind="spark",
+)
+def publish_tables(
+    context: dg.AssetExecutionContext,
+    config: PublishConfig,
+    spark: SparkResource,
+    lake: LakeResource,
+    mlflow: MLflowResource,
+):
+    day = run_date(context)
+    session = spark.get_session()
+    outputs = _require(session, lake, "model_outputs", day)
+    hierarchy = _require(session, lake, "model_hierarchy", day)
+    n_levels = int(hierarchy.agg(F.max("level")).first()[0]) + 1
+    edges, edges_date = _edges(session, lake, day)
+    prev_a, prev_p, prev_date, next_ids = _previous(session, lake, day, n_levels)
+    context.log.info(f"Publishing run date {day}: {n_levels} levels, graph_edges of {edges_date}, "
+                     f"matching IDs to the publication of {prev_date or '(none: first publication)'}")
+    with spark_progress(context, session, "publish: stable IDs and labels"):
+        pub = build_publication(session, outputs, hierarchy, read_table(session, lake.path("entities")), edges, day,
+                                prev_a, prev_p, next_ids, prev_date, config.settings())
+    versions: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for table in WRITE_ORDER:
+        with spark_progress(context, session, f"publish: write {table}"):
+            write_publication_table(pub.tables[table], lake.path(table), day, pub.model_version)
+        versions[table], counts[table] = last_commit(session, lake.path(table))
+        context.log.info(f"{table}: {counts[table]:,} rows for {day}, Delta version {versions[table]}")
+    session.catalog.clearCache()
+
+    pictures = _pictures(session, lake, day, config)
+    run_id = log_publication(context, mlflow, lake, day, pub, versions, counts, pictures)
+    stability = {str(lvl): v for lvl, v in pub.stable.stability().items()}
+    methods = {str(lvl): {m: list(match.method.values()).count(m) for m in sorted(set(match.method.values()))}
+               for lvl, match in enumerate(pub.stable.levels)}
+    common = {"run_date": str(day), "model_version": pub.model_version, "mlflow_run_id": run_id}
+    stab_meta = {"stability": dg.MetadataValue.json(stability),
+                 **{f"stability_level_{lvl}": float(v) for lvl, v in stability.items() if v is not None},
+                 "previous_run_date": str(prev_date) if prev_date else "none"}
+    extra = {
+        "node_embeddings": {"embedding_map": _markdown_image("embedding map", pictures["embedding_map.png"])}
+        if "embedding_map.png" in pictures else {},
+        "cluster_assignments": stab_meta,
+        "interest_supergraph": {"graph_edges_run_date": str(edges_date)},
+        "cluster_profiles": {**stab_meta, "id_matches": dg.MetadataValue.json(methods),
+                             "hierarchy": _markdown_image("cluster hierarchy", pictures["cluster_hierarchy.png"])},
+    }
+    for table in WRITE_ORDER:
+        yield dg.MaterializeResult(
+            asset_key=table,
+            metadata={
+                "dagster/row_count": counts[table],
+                "delta_version": versions[table],
+                "path": dg.MetadataValue.path(lake.path(table)),
+                **common,
+                **extra[table],
+            },
+        )

@@ -1,0 +1,255 @@
+"""The publish multi-asset, materialized for real on the tiny lake with hand-written model tables.
+
+Sequence (one module-scoped lake): publish D1 (model v1), re-run D1, publish D2 with model v2 = v1 with every
+level's clusters renumbered (a permutation) -> the published IDs do not move and stability is 1.0.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import functions as F
+
+from assets.publish import WRITE_ORDER, publish_tables
+from hir_pipeline.contracts import OUTPUT_TABLES
+from hir_pipeline.query import Publication
+from resources import LakeResource
+from spark_jobs.delta_io import latest_version, read_table
+from tests.assets.conftest import RUN_DATE, make_resources
+from tests.assets.publish_fixtures import (
+    copy_inputs,
+    ground_truth,
+    kill_when,
+    spawn,
+    tag_training_run,
+    write_model_tables,
+)
+
+D1 = dt.date.fromisoformat(RUN_DATE)
+D2 = D1 + dt.timedelta(days=1)
+
+
+def _materialize(resources, day: dt.date, **kwargs):
+    return dg.materialize([publish_tables], partition_key=str(day), resources=resources, **kwargs)
+
+
+def _metadata(result) -> dict[str, dict]:
+    out = {}
+    for event in result.get_asset_materialization_events():
+        mat = event.event_specific_data.materialization
+        out[mat.asset_key.to_user_string()] = {k: v.value for k, v in mat.metadata.items()}
+    return out
+
+
+def _assignments(spark, lake: LakeResource, day: dt.date) -> dict[tuple[str, int], int]:
+    rows = read_table(spark, lake.path("cluster_assignments")).where(F.col("run_date") == F.lit(day)).collect()
+    return {(r.entity_id, r.level): r.cluster_id for r in rows}
+
+
+@pytest.fixture(scope="module")
+def runs(spark, ingested_lake, tiny_source, tmp_path_factory):
+    """Materialize D1, re-run D1, then D2 (permuted model); snapshot what each step left behind."""
+    root = tmp_path_factory.mktemp("publish") / "lake"
+    resources = make_resources(spark, root, tiny_source)
+    lake: LakeResource = resources["lake"]
+    copy_inputs(spark, ingested_lake["lake"], lake, D1)
+    truth = ground_truth(spark, tiny_source)
+    write_model_tables(spark, lake, truth, D1, "1")
+    run1 = tag_training_run(resources["mlflow"], D1, "1")
+    first = _materialize(resources, D1)
+    assert first.success
+    state = {"resources": resources, "lake": lake, "truth": truth, "first": _metadata(first), "run1": run1,
+             "a1": _assignments(spark, lake, D1)}
+    rerun = _materialize(resources, D1)
+    assert rerun.success
+    state["rerun"] = _metadata(rerun)
+    state["a1_rerun"] = _assignments(spark, lake, D1)
+    write_model_tables(spark, lake, truth, D2, "2", permute=5)
+    state["run2"] = tag_training_run(resources["mlflow"], D2, "2")
+    second = _materialize(resources, D2)
+    assert second.success
+    state["second"] = _metadata(second)
+    state["a2"] = _assignments(spark, lake, D2)
+    state["a1_after"] = _assignments(spark, lake, D1)
+    return state
+
+
+def test_first_publication_writes_the_four_tables(spark, runs):
+    lake, truth, meta = runs["lake"], runs["truth"], runs["first"]
+    n = len(truth)
+    assert set(meta) == set(OUTPUT_TABLES)
+    assert meta["node_embeddings"]["dagster/row_count"] == n
+    assert meta["cluster_assignments"]["dagster/row_count"] == 3 * n
+    for table in OUTPUT_TABLES:
+        assert meta[table]["delta_version"] == 0
+        assert meta[table]["model_version"] == "1" and meta[table]["run_date"] == str(D1)
+    assert meta["cluster_profiles"]["hierarchy"].startswith("![cluster hierarchy](data:image/png;base64,")
+    assert meta["node_embeddings"]["embedding_map"].startswith("![embedding map](data:image/png;base64,")
+    assert meta["cluster_assignments"]["previous_run_date"] == "none"
+
+    profiles = read_table(spark, lake.path("cluster_profiles"), version=0).collect()
+    by_key = {(r.level, r.cluster_id): r for r in profiles}
+    assert [sum(1 for r in profiles if r.level == lvl) for lvl in range(3)] == [4, 16, 64]
+    for r in profiles:  # the hierarchy is consistent: every parent is a published cluster one level up
+        assert (r.parent_cluster_id is None) == (r.level == 0)
+        assert r.level == 0 or (r.level - 1, r.parent_cluster_id) in by_key
+    assert all(sum(r.size for r in profiles if r.level == lvl) == n for lvl in range(3))
+    # every coarse interest has content members, so a real TF-IDF label and content-only top members
+    coarse = [r for r in profiles if r.level == 0]
+    assert all(not r.label.startswith("L0-") and len(r.label_terms) == 3 for r in coarse)
+    assert all(r.top_members and not any(m.startswith("user") for m in r.top_members) for r in coarse)
+    assert len({r.label for r in coarse}) == 4
+
+    # super-graph: each level redistributes exactly the graph's total edge weight
+    edges = read_table(spark, lake.path("graph_edges"))
+    total = edges.agg(F.sum("weight")).first()[0]
+    sg = read_table(spark, lake.path("interest_supergraph"), version=0).groupBy("level").agg(F.sum("weight").alias("w"))
+    assert {r.level: pytest.approx(r.w) for r in sg.collect()} == {0: pytest.approx(total),
+                                                                   1: pytest.approx(total),
+                                                                   2: pytest.approx(total)}
+    emb = read_table(spark, lake.path("node_embeddings"), version=0).select(F.aggregate(
+        F.transform("embedding", lambda x: x * x), F.lit(0.0).cast("float"), lambda a, b: a + b).alias("n2"))
+    assert emb.agg(F.min("n2"), F.max("n2")).first() == pytest.approx((1.0, 1.0), abs=1e-5)
+
+
+def test_rerun_replaces_that_date_only(spark, runs):
+    first, rerun, lake = runs["first"], runs["rerun"], runs["lake"]
+    for table in OUTPUT_TABLES:
+        assert rerun[table]["delta_version"] == first[table]["delta_version"] + 1
+        assert rerun[table]["dagster/row_count"] == first[table]["dagster/row_count"]
+    assert runs["a1_rerun"] == runs["a1"]  # same inputs: same IDs (fresh IDs are not minted twice)
+    # after publishing D2, D1's rows are untouched and both dates are there exactly once
+    assert runs["a1_after"] == runs["a1"]
+    for table in OUTPUT_TABLES:
+        counts = {r.run_date: r["count"] for r in read_table(spark, lake.path(table)).groupBy("run_date").count()
+                  .collect()}
+        assert counts == {D1: first[table]["dagster/row_count"], D2: runs["second"][table]["dagster/row_count"]}
+
+
+def test_permuted_model_keeps_cluster_ids(spark, runs):
+    second, lake = runs["second"], runs["lake"]
+    assert runs["a2"] == runs["a1"]
+    for table in ("cluster_assignments", "cluster_profiles"):
+        assert second[table]["stability"] == {"0": 1.0, "1": 1.0, "2": 1.0}
+        assert second[table]["stability_level_2"] == 1.0
+        assert second[table]["previous_run_date"] == str(D1)
+    assert second["cluster_profiles"]["id_matches"] == {"0": {"overlap": 4}, "1": {"overlap": 16},
+                                                        "2": {"overlap": 64}}
+    profiles = read_table(spark, lake.path("cluster_profiles"))
+    by_day = {d: {(r.level, r.cluster_id): (r.parent_cluster_id, r.label, r.size)
+                  for r in profiles.where(F.col("run_date") == F.lit(d)).collect()} for d in (D1, D2)}
+    assert by_day[D1] == by_day[D2]
+    model_ids = read_table(spark, lake.path("model_outputs")).where(F.col("run_date") == F.lit(D2)) \
+        .where(F.col("entity_id") == F.lit(runs["truth"][0][0])).first().cluster_ids
+    published = [runs["a2"][(runs["truth"][0][0], lvl)] for lvl in range(3)]
+    assert model_ids != published  # the model renumbered its clusters; the publication did not
+
+
+def test_mlflow_lineage(spark, runs):
+    from mlflow import MlflowClient
+
+    resources, lake = runs["resources"], runs["lake"]
+    resources["mlflow"].activate()
+    client = MlflowClient()
+    run = client.get_run(runs["run2"])
+    versions = {t: latest_version(spark, lake.path(t)) for t in OUTPUT_TABLES}
+    for table in OUTPUT_TABLES:
+        assert run.data.tags[f"hir.published.{table}.delta_version"] == str(versions[table])
+    assert run.data.tags["hir.published.run_date"] == str(D2)
+    assert {run.data.metrics[f"publish.stability.level_{lvl}"] for lvl in range(3)} == {1.0}
+    assert run.data.metrics["publish.rows.node_embeddings"] == len(runs["truth"])
+    names = {Path(a.path).name for a in client.list_artifacts(runs["run2"], "publish")}
+    assert names == {"cluster_hierarchy.png", "embedding_map.png"}
+    inputs = {d.dataset.name: {t.key: t.value for t in d.tags} for d in run.inputs.dataset_inputs}
+    assert {f"{t}@v{versions[t]}" for t in OUTPUT_TABLES} <= set(inputs)
+    assert all(tags["mlflow.data.context"] == "published" for tags in inputs.values())
+    model_version = client.get_model_version(resources["mlflow"].registered_model, "2")
+    assert model_version.tags["hir.published.node_embeddings.delta_version"] == str(versions["node_embeddings"])
+    # the first training run has the D1 re-run's versions and no stability (nothing to compare with)
+    run1 = client.get_run(runs["run1"])
+    assert run1.data.tags["hir.published.cluster_profiles.delta_version"] == "1"
+    assert not any(k.startswith("publish.stability") for k in run1.data.metrics)
+
+
+def test_query_reads_the_spark_written_publication(runs):
+    lake = runs["resources"]["lake"].root
+    pub = Publication(lake)
+    assert (pub.snapshot.run_date, pub.snapshot.model_version) == (D2, "2")
+    assert Publication(lake, as_of=D1).snapshot.model_version == "1"
+    product = next(e for e, t, _ in runs["truth"] if t == "product")
+    hits = pub.similar(product, type="product", k=5)
+    assert len(hits) == 5 and all(h.entity_type == "product" for h in hits)
+    # planted structure (coarse centres dominate the embeddings): nearest products share the coarse interest
+    coarse = {e: lv[0] for e, _, lv in runs["truth"]}
+    assert all(coarse[h.entity_id] == coarse[product] for h in hits)
+    view = pub.cluster(0, runs["a2"][(product, 0)])
+    assert view.size > 0 and len(view.children) == 4 and view.neighbours
+
+
+def test_missing_model_outputs_fail_clearly(runs):
+    result = _materialize(runs["resources"], D2 + dt.timedelta(days=1), raise_on_error=False)
+    assert not result.success
+    failure = result.failure_data_for_node("publish_tables")
+    assert "model_outputs has no rows for run date" in failure.error.message
+
+
+def test_write_order_ends_with_the_marker():
+    assert WRITE_ORDER[-1] == "node_embeddings" and set(WRITE_ORDER) == set(OUTPUT_TABLES)
+
+
+#: Child process: the publish asset for one date, materialized through Dagster with its own Spark.
+PUBLISH_CHILD = """
+import sys
+import dagster as dg
+from assets.publish import publish_tables
+from resources import LakeResource, MLflowResource, SparkResource
+
+lake, tracking, artifacts, day = sys.argv[1:5]
+spark = SparkResource(master="local[1]", conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
+dg.materialize([publish_tables], partition_key=day, resources={
+    "spark": spark, "lake": LakeResource(root=lake),
+    "mlflow": MLflowResource(tracking_uri=tracking, artifact_location=artifacts)})
+"""
+
+
+@pytest.mark.slow
+def test_publish_killed_between_tables_keeps_the_previous_publication(spark, runs, tmp_path):
+    """Runs last: re-publish D2 with model v3 in a child process, SIGKILL it right after its first table
+    commit, check every table and the query layer, then re-run to completion in-process."""
+    lake, resources = runs["lake"], runs["resources"]
+    before = Publication(lake.root)
+    before_versions = {t: latest_version(spark, lake.path(t)) for t in OUTPUT_TABLES}
+    some = runs["truth"][0][0]
+    before_similar = before.similar(some, k=5)
+    write_model_tables(spark, lake, runs["truth"], D2, "3", permute=9)
+    first_commit = Path(lake.path(WRITE_ORDER[0])) / "_delta_log" / f"{before_versions[WRITE_ORDER[0]] + 1:020d}.json"
+    mlflow = resources["mlflow"]
+    proc = spawn(["-c", PUBLISH_CHILD, lake.root, mlflow.tracking_uri, mlflow.artifact_location, str(D2)],
+                 tmp_path / "child.log")
+    kill_when(proc, first_commit.exists)
+
+    after_versions = {t: latest_version(spark, lake.path(t)) for t in OUTPUT_TABLES}
+    assert after_versions[WRITE_ORDER[0]] == before_versions[WRITE_ORDER[0]] + 1  # committed before the kill
+    assert after_versions["node_embeddings"] == before_versions["node_embeddings"]  # the marker was not
+    for table in OUTPUT_TABLES:  # every table is whole and readable by both engines at its latest version
+        n = read_table(spark, lake.path(table)).count()
+        assert n == DeltaTable(lake.path(table)).to_pyarrow_table().num_rows > 0
+    # readers still see the previous publication, consistently across tables
+    now = Publication(lake.root)
+    assert now.snapshot == before.snapshot and now.snapshot.model_version == "2"
+    assert now.similar(some, k=5) == before_similar
+
+    result = _materialize(resources, D2)
+    assert result.success
+    done = Publication(lake.root)
+    assert done.snapshot.model_version == "3" and done.snapshot.run_date == D2
+    assert _assignments(spark, lake, D2) == runs["a1"]  # stable IDs through the crash and the re-run
+    for table in OUTPUT_TABLES:  # one set of rows per date: the half-done commit was replaced, not added to
+        per_day = {r.run_date: r["count"] for r in read_table(spark, lake.path(table)).groupBy("run_date").count()
+                   .collect()}
+        assert per_day == {D1: runs["first"][table]["dagster/row_count"],
+                           D2: runs["second"][table]["dagster/row_count"]}
