@@ -146,6 +146,22 @@ def edge_type_vocabulary(funnel: tuple[str, ...] = DEFAULT_FUNNEL,
     return tuple(t for name in forward for t in (name, f"rev_{name}"))
 
 
+# --- Model tables (written by the training asset ``interest_model``, read by publishing) -------------------
+#
+# model_outputs: one row per graph node of the run date. embedding is L2-normalised (one space for every entity
+#   type); cluster_ids[l] is the most probable cluster at level l (0 = coarsest) and confidences[l] its
+#   probability; has_view is False for nodes embedded from their own features only (no neighbours).
+# model_hierarchy: one row per prototype. parent_cluster_id is the level l - 1 cluster the prototype belongs to
+#   (null at level 0); prototype is the L2-normalised prototype vector (in the model's projection-head space).
+MODEL_OUTPUTS_DDL = (
+    "entity_id string, entity_type string, embedding array<float>, cluster_ids array<int>, "
+    "confidences array<float>, has_view boolean, model_version string, run_date date"
+)
+MODEL_HIERARCHY_DDL = (
+    "level int, cluster_id int, parent_cluster_id int, prototype array<float>, model_version string, run_date date"
+)
+
+
 # --- Evaluation table (written by the ``evaluation_report`` asset) -----------------------------------------------
 #
 # evaluation_metrics: one row per (method, split, metric) of a run date. method: hir | popularity | als | lightgcn |

@@ -15,7 +15,7 @@ engagement pairs             ``20 P`` bytes
 For example 1 M nodes with 384-d content, broad views of ~40 and narrow views of ~9 nodes and 5 M pairs need
 about 1.5 GB (content) + 3.4 GB (views) + 0.1 GB (pairs) + 1 GB of dicts and ids: size the driver
 (``spark.driver.memory``) and ``spark.driver.maxResultSize`` accordingly. Arrow batches are turned into numpy
-without copies, one batch at a time, so no single buffer has to hold a whole column.
+one Arrow batch at a time (one copy of a batch's buffers), so no single buffer has to hold a whole column.
 
 Nothing is collected that the model does not read: no degree maps, weights or entity text.
 """
@@ -109,7 +109,9 @@ def collect_views(views_df: DataFrame, num_nodes: int | None = None) -> dict[str
         if num_nodes is not None and (nodes.min(initial=0) < 0 or nodes.max(initial=0) >= num_nodes):
             raise ValueError(f"a view references a node_idx outside 0..{num_nodes - 1}: views and nodes of "
                              "different runs?")
-        views = views_from_flat(anchors, node_off, nodes, types, dist_off, dist, edges)
+        # Own, writable copies of this batch's buffers: torch.from_numpy warns on (and must never write to)
+        # read-only Arrow memory, and the Arrow batch can be freed once copied.
+        views = views_from_flat(anchors, node_off, nodes.copy(), types.copy(), dist_off, dist.copy(), edges.copy())
         for name, view in zip(batch.column("view").to_pylist(), views, strict=True):
             if name not in out:
                 raise ValueError(f"unknown view name {name!r}")
@@ -199,7 +201,7 @@ def load_model_inputs(
         nodes_df: ``graph_nodes`` rows (``node_idx`` dense ``0..N-1``).
         views_df: ``graph_views`` rows over the same node index (broad and narrow views).
         content_df: ``content_embeddings`` rows (one per entity, matched by ``entity_id``), or ``None``.
-        edges_df: ``graph_edges`` rows (engagement pairs and the edge-type vocabulary size).
+        edges_df: ``graph_edges`` rows (the engagement pairs).
         funnel: event types, shallow to deep (``GraphConfig.funnel``): which edge types are activity.
         engagement_weights: weight of an engaged pair per funnel stage, aligned with ``funnel``; default
             :func:`default_engagement_weights`.
@@ -213,7 +215,8 @@ def load_model_inputs(
     views = collect_views(views_df, n)
     content, has_content = collect_content(content_df, nodes_df, n, content_column)
     engagement = collect_engagement(edges_df, funnel, weights)
-    max_edge_type = edges_df.agg(F.coalesce(F.max("edge_type_id"), F.lit(0)).alias("m")).first()["m"]
+    # The model sees edge types only through the views: their largest id sizes the edge-type bias table.
+    max_edge_type = max((int(v["edge_types"].max(initial=0)) for vs in views.values() for v in vs), default=0)
     return ModelInputs(
         entity_ids=nodes["entity_ids"], entity_types=nodes["entity_types"], node_type=nodes["node_type"],
         degree_bucket=nodes["degree_bucket"], has_history=nodes["has_history"], content=content,

@@ -72,7 +72,7 @@ class ModelInputs:
         broad_views: teacher view dicts, at most one per anchor.
         narrow_views: student view dicts, at most one per anchor.
         engagement: funnel-weighted ``(user_idx, item_idx, weight)`` pairs, sorted by (user, item).
-        max_edge_type: highest edge type id in the graph (0 when there are no edges).
+        max_edge_type: highest edge type id in the views (0 when they hold no edge).
         provenance: free-form description of where the inputs came from (table versions, ...).
     """
 

@@ -1,0 +1,171 @@
+"""interest_model: real dg.materialize on the tiny lake -> MLflow run + registered version, model Delta tables,
+re-runs replace rows, a fixed seed reproduces the model on CPU, a stopped training resumes to the same model."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+
+import dagster as dg
+import numpy as np
+import pytest
+from pyspark.sql import functions as F
+
+# build_views runs a pandas UDF: Python workers must run this interpreter (numpy); read at SparkContext start.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from assets.model import checkpoint_dir, interest_model  # noqa: E402
+from hir_pipeline.contracts import CONTENT_ENTITY_TYPES, MODEL_HIERARCHY_DDL, MODEL_OUTPUTS_DDL  # noqa: E402
+from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
+from spark_jobs.delta_io import read_table, replace_where  # noqa: E402
+from spark_jobs.graph import GraphConfig, build_edges, build_nodes, build_views  # noqa: E402
+from tests.assets.conftest import RUN_DATE, make_resources  # noqa: E402
+
+DAY = dt.date.fromisoformat(RUN_DATE)
+GRAPH = GraphConfig(broad_fanout=(4, 2), narrow_fanout=(3,), max_view_nodes=12, max_dist=3, seed=1)
+CONTENT_DIM = 12
+LEVELS = [2, 4]
+TRAINING = {"level_sizes": LEVELS, "hidden_dim": 16, "num_layers": 1, "num_heads": 2, "out_dim": 8,
+            "id_buckets": 256, "max_dist": 3, "teacher_temp": 0.07, "epochs": 2, "batch_size": 256,
+            "engagement_batch_size": 32, "lr": 3e-3, "warmup_steps": 2, "pad_to": 128, "log_every": 1,
+            "device": "cpu", "seed": 3, "attn_block_size": 128}
+
+
+def _run_config(**overrides) -> dg.RunConfig:
+    return dg.RunConfig(ops={"interest_model": {"config": {**TRAINING, **overrides}}})
+
+
+def write_model_inputs(spark, bronze, lake) -> None:
+    """The graph tables of DAY (spark_jobs.graph on the bronze tables of ``bronze``) and random content vectors
+    for every content entity, written to ``lake`` partitioned by run_date."""
+    ents, rels, evs = (read_table(spark, bronze.path(t)) for t in ("entities", "relations", "events"))
+    edges = build_edges(ents, rels, evs, DAY, GRAPH).localCheckpoint()
+    nodes = build_nodes(ents, edges, DAY, GRAPH).localCheckpoint()
+    views = build_views(nodes, edges, DAY, GRAPH)
+    for table, df in (("graph_edges", edges), ("graph_nodes", nodes), ("graph_views", views)):
+        replace_where(df, lake.path(table), f"run_date = '{DAY}'", ["run_date"])
+    content_ents = sorted(tuple(r) for r in ents.where(F.col("entity_type").isin(*CONTENT_ENTITY_TYPES))
+                          .select("entity_id", "entity_type").collect())
+    rng = np.random.default_rng(0)
+    rows = [(eid, etype, "h", "tiny", None, None, None, rng.normal(size=CONTENT_DIM).tolist(), None, DAY, DAY)
+            for eid, etype in content_ents]
+    content = spark.createDataFrame(rows, f"{CONTENT_EMBEDDINGS_DDL}, run_date date")
+    replace_where(content, lake.path("content_embeddings"), f"run_date = '{DAY}'", ["run_date"])
+
+
+@pytest.fixture(scope="module")
+def model_lake(spark, ingested_lake, tmp_path_factory):
+    """A lake of its own holding the model inputs of RUN_DATE (:func:`write_model_inputs`); HIR_STATE_DIR points
+    at a temporary folder (the checkpoints go there)."""
+    resources = make_resources(spark, tmp_path_factory.mktemp("model") / "lake", "unused")
+    write_model_inputs(spark, ingested_lake["lake"], resources["lake"])
+    nodes = read_table(spark, resources["lake"].path("graph_nodes"))
+    state = tmp_path_factory.mktemp("state")
+    before = os.environ.get("HIR_STATE_DIR")
+    os.environ["HIR_STATE_DIR"] = str(state)
+    yield resources | {"n_nodes": nodes.count(), "ids": {r.entity_id for r in nodes.select("entity_id").collect()}}
+    if before is None:
+        os.environ.pop("HIR_STATE_DIR", None)
+    else:
+        os.environ["HIR_STATE_DIR"] = before
+
+
+def _materialize(resources, **overrides):
+    res = {k: resources[k] for k in ("spark", "lake", "mlflow")}
+    return dg.materialize([interest_model], partition_key=RUN_DATE, resources=res,
+                          run_config=_run_config(**overrides), raise_on_error=False)
+
+
+def _outputs(spark, resources, table="model_outputs"):
+    return read_table(spark, resources["lake"].path(table)).where(F.col("run_date") == F.lit(DAY))
+
+
+def _client(resources):
+    from mlflow import MlflowClient
+
+    resources["mlflow"].activate()
+    return MlflowClient()
+
+
+@pytest.fixture(scope="module")
+def first_run(spark, model_lake):
+    result = _materialize(model_lake)
+    assert result.success
+    meta = result.asset_materializations_for_node("interest_model")[0].metadata
+    emb = {r.entity_id: np.asarray(r.embedding, dtype=np.float32) for r in _outputs(spark, model_lake).collect()}
+    return {"meta": {k: v.value for k, v in meta.items()}, "embeddings": emb}
+
+
+@pytest.mark.slow
+def test_materialize_tracks_registers_and_writes_tables(spark, model_lake, first_run):
+    meta = first_run["meta"]
+    version, run_id = meta["model_version"], meta["mlflow_run_id"]
+    client = _client(model_lake)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["hir.run_date"] == RUN_DATE and run.data.tags["hir.model_version"] == version
+    assert [m.step for m in client.get_metric_history(run_id, "loss")] == [0, 1]
+    for lvl in range(len(LEVELS)):
+        history = client.get_metric_history(run_id, f"perplexity_level_{lvl}")
+        assert [m.step for m in history] == [0, 1] and all(1.0 <= m.value <= LEVELS[lvl] + 1e-6 for m in history)
+    assert run.data.params["model.level_sizes"] == "[2, 4]" and run.data.params["train.epochs"] == "2"
+    assert "train_time_s" in run.data.metrics and run.data.tags["hir.device"] == "cpu"
+    inputs = {d.dataset.name: d.dataset for d in run.inputs.dataset_inputs}
+    assert {n.split("@")[0] for n in inputs} == {"graph_nodes", "graph_edges", "graph_views", "content_embeddings"}
+    assert all('"delta_table_version": "0"' in d.source for d in inputs.values())
+    mv = client.get_model_version(model_lake["mlflow"].registered_model, version)
+    assert mv.run_id == run_id and mv.tags["hir.run_date"] == RUN_DATE
+
+    outputs = _outputs(spark, model_lake)
+    assert outputs.schema.simpleString() == spark.createDataFrame([], MODEL_OUTPUTS_DDL).schema.simpleString()
+    rows = outputs.collect()
+    assert len(rows) == model_lake["n_nodes"] and {r.entity_id for r in rows} == model_lake["ids"]
+    for r in rows:
+        assert r.model_version == version and len(r.cluster_ids) == len(r.confidences) == len(LEVELS)
+        assert all(0 <= c < k for c, k in zip(r.cluster_ids, LEVELS, strict=True))
+        assert all(0 < p <= 1 for p in r.confidences)
+        assert abs(np.linalg.norm(r.embedding) - 1) < 1e-5 and len(r.embedding) == TRAINING["out_dim"]
+    hierarchy = _outputs(spark, model_lake, "model_hierarchy")
+    assert hierarchy.schema.simpleString() == spark.createDataFrame([], MODEL_HIERARCHY_DDL).schema.simpleString()
+    protos = hierarchy.collect()
+    assert sorted((r.level, r.cluster_id) for r in protos) == [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (1, 3)]
+    assert all((r.parent_cluster_id is None) == (r.level == 0) for r in protos)
+    assert all(r.parent_cluster_id in (0, 1) for r in protos if r.level == 1)
+    assert meta["epochs"] == 2 and meta["dagster/row_count"] == model_lake["n_nodes"] and meta["device"] == "cpu"
+    assert not checkpoint_dir(DAY).exists()  # removed after success
+
+    import mlflow
+
+    model = mlflow.pytorch.load_model(f"models:/{model_lake['mlflow'].registered_model}/{version}")
+    level1 = sorted((r for r in protos if r.level == 1), key=lambda r: r.cluster_id)
+    loaded = model.hierarchy.prototypes[1].detach()
+    np.testing.assert_allclose((loaded / loaded.norm(dim=-1, keepdim=True)).numpy(),
+                               np.asarray([r.prototype for r in level1]), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_stopped_training_resumes_to_the_same_model_and_replaces_rows(spark, model_lake, first_run):
+    client = _client(model_lake)
+    stopped = _materialize(model_lake, time_budget_s=0.0)  # stops after epoch 1 of 2, keeps the checkpoint
+    assert not stopped.success
+    assert sorted(p.name for p in checkpoint_dir(DAY).glob("epoch_*.pt")) == ["epoch_0000.pt"]
+    failed = client.search_runs([client.get_experiment_by_name(model_lake["mlflow"].experiment).experiment_id],
+                                "attributes.status = 'FAILED'")
+    assert len(failed) == 1 and [m.step for m in client.get_metric_history(failed[0].info.run_id, "loss")] == [0]
+
+    resumed = _materialize(model_lake)
+    assert resumed.success
+    meta = {k: v.value for k, v in resumed.asset_materializations_for_node("interest_model")[0].metadata.items()}
+    assert meta["resumed_epochs"] == 1 and meta["mlflow_run_id"] == failed[0].info.run_id  # same run, continued
+    assert meta["model_version"] != first_run["meta"]["model_version"]
+    run = client.get_run(meta["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and [m.step for m in client.get_metric_history(run.info.run_id, "loss")] \
+        == [0, 1]
+
+    rows = _outputs(spark, model_lake).collect()
+    assert len(rows) == model_lake["n_nodes"] and {r.model_version for r in rows} == {meta["model_version"]}
+    assert _outputs(spark, model_lake, "model_hierarchy").count() == sum(LEVELS)
+    # same seed, same inputs, on CPU: the resumed training is the straight one, bit for bit
+    for r in rows:
+        np.testing.assert_array_equal(np.asarray(r.embedding, dtype=np.float32), first_run["embeddings"][r.entity_id])
