@@ -1,0 +1,141 @@
+"""evaluation_report: a real dg.materialize on the tiny lake -> Delta evaluation_metrics, MLflow metrics on the
+run date's training run, comparison metadata, and the promotion gate moving (or not) the champion alias."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import shutil
+import sys
+
+import dagster as dg
+import numpy as np
+import pytest
+from pyspark.sql import functions as F
+
+# build_views runs a pandas UDF: Python workers must run this interpreter (numpy); read at SparkContext start.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from assets.evaluation import GATE_CHECK, evaluation_report  # noqa: E402
+from assets.evaluation_tracking import CHAMPION_ALIAS, metric_name  # noqa: E402
+from assets.model_tracking import TAG_MODEL_VERSION, TAG_RUN_DATE  # noqa: E402
+from hir_pipeline.contracts import CONTENT_ENTITY_TYPES  # noqa: E402
+from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
+from spark_jobs.delta_io import read_table  # noqa: E402
+from tests.assets.conftest import RUN_DATE, make_resources  # noqa: E402
+
+pytestmark = pytest.mark.slow
+DAY = dt.date.fromisoformat(RUN_DATE)
+CONFIG = {
+    "min_target_users": 5, "baselines": ["popularity", "als", "lightgcn", "content"],
+    "als_factors": [8], "als_regularization": [0.1], "als_alpha": [1.0], "als_iterations": 5,
+    "lightgcn_dim": 8, "lightgcn_layers": 1, "lightgcn_epochs": 2,
+    "graph": {"broad_fanout": [6, 2], "narrow_fanout": [4], "max_view_nodes": 20, "max_dist": 3, "seed": 1},
+    "training": {"level_sizes": [2, 4, 8], "hidden_dim": 16, "num_layers": 1, "num_heads": 2, "out_dim": 8,
+                 "id_buckets": 256, "max_dist": 3, "epochs": 1, "batch_size": 256, "engagement_batch_size": 64,
+                 "warmup_steps": 1, "pad_to": 64, "device": "cpu", "attn_block_size": 64},
+}
+
+
+@pytest.fixture(scope="module")
+def eval_lake(spark, ingested_lake, tiny_source, tmp_path_factory):
+    """A private copy of the ingested lake plus random content vectors; a training run of RUN_DATE (version 2)
+    and a champion (version 1) with high figures in a fresh MLflow store; HIR_STATE_DIR in a temp folder."""
+    root = tmp_path_factory.mktemp("evaluation") / "lake"
+    shutil.copytree(ingested_lake["lake"].root, root)
+    resources = make_resources(spark, root, tiny_source)
+    ents = read_table(spark, resources["lake"].path("entities"))
+    content_ents = sorted(tuple(r) for r in ents.where(F.col("entity_type").isin(*CONTENT_ENTITY_TYPES))
+                          .select("entity_id", "entity_type").collect())
+    rng = np.random.default_rng(0)
+    rows = [(eid, etype, "h", "tiny", None, None, None, (v / np.linalg.norm(v)).tolist(), None, DAY)
+            for (eid, etype), v in zip(content_ents, rng.normal(size=(len(content_ents), 12)), strict=True)]
+    spark.createDataFrame(rows, CONTENT_EMBEDDINGS_DDL).write.format("delta").save(
+        resources["lake"].path("content_embeddings"))
+
+    from mlflow import MlflowClient
+
+    ml = resources["mlflow"]
+    experiment = ml.activate()
+    client = MlflowClient()
+    client.create_registered_model(ml.registered_model)
+    versions = {}
+    for day, figures in (("2024-06-01", {"warm": 0.99, "cold": 0.99}), (RUN_DATE, None)):
+        run = client.create_run(experiment, run_name=f"interest_model {day}", tags={TAG_RUN_DATE: day})
+        mv = client.create_model_version(ml.registered_model, f"runs:/{run.info.run_id}/model", run.info.run_id)
+        client.set_tag(run.info.run_id, TAG_MODEL_VERSION, str(mv.version))
+        for split, value in (figures or {}).items():
+            client.log_metric(run.info.run_id, metric_name("hir", split, "recall_at_20"), value)
+        client.set_terminated(run.info.run_id)
+        versions[day] = (str(mv.version), run.info.run_id)
+    client.set_registered_model_alias(ml.registered_model, CHAMPION_ALIAS, versions["2024-06-01"][0])
+    before = os.environ.get("HIR_STATE_DIR")
+    os.environ["HIR_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
+    yield resources | {"versions": versions, "client": client}
+    if before is None:
+        os.environ.pop("HIR_STATE_DIR", None)
+    else:
+        os.environ["HIR_STATE_DIR"] = before
+
+
+def _materialize(resources, **overrides):
+    res = {k: resources[k] for k in ("spark", "lake", "mlflow", "source")}
+    return dg.materialize([evaluation_report], partition_key=RUN_DATE, resources=res, raise_on_error=False,
+                          run_config=dg.RunConfig(ops={"evaluation_report": {"config": {**CONFIG, **overrides}}}))
+
+
+def _metrics(spark, resources):
+    return read_table(spark, resources["lake"].path("evaluation_metrics")).where(F.col("run_date") == F.lit(DAY))
+
+
+@pytest.fixture(scope="module")
+def first(eval_lake):
+    return _materialize(eval_lake, keep_checkpoints=True)
+
+
+def test_writes_every_method_and_split_to_delta_and_mlflow(spark, eval_lake, first):
+    assert first.success
+    rows = _metrics(spark, eval_lake).collect()
+    version, run_id = eval_lake["versions"][RUN_DATE]
+    assert {r["model_version"] for r in rows} == {version}
+    got = {(r["method"], r["split"], r["metric"]): r["value"] for r in rows}
+    for method in ("hir", "popularity", "als", "lightgcn", "content"):
+        for split in ("warm", "cold"):
+            assert 0.0 <= got[(method, split, "recall_at_20")] <= 1.0
+            assert 0.0 <= got[(method, split, "ndcg_at_20")] <= 1.0
+            assert got[(method, split, "users")] > 0
+    # synthetic source: NMI per level against the planted hierarchy, and cluster usage per level
+    for lvl in range(3):
+        assert 0.0 <= got[("hir", "all", f"nmi_level_{lvl}")] <= 1.0
+        assert 1 <= got[("hir", "all", f"clusters_used_level_{lvl}")] <= CONFIG["training"]["level_sizes"][lvl]
+    logged = eval_lake["client"].get_run(run_id).data.metrics
+    assert logged[metric_name("hir", "warm", "recall_at_20")] == pytest.approx(got[("hir", "warm", "recall_at_20")])
+    assert logged[metric_name("content", "cold", "ndcg_at_20")] == pytest.approx(got[("content", "cold",
+                                                                                         "ndcg_at_20")])
+    [mat] = first.get_asset_materialization_events()
+    meta = {k: v.value for k, v in mat.materialization.metadata.items()}
+    assert meta["comparison"].startswith("| method |") and "| lightgcn |" in meta["comparison"]
+    assert meta["plot"].startswith("![comparison](data:image/png;base64,")
+    assert meta["dagster/row_count"] == len(rows)
+
+
+def test_gate_fails_against_a_better_champion_and_keeps_it(eval_lake, first):
+    [check] = first.get_asset_check_evaluations()
+    assert check.check_name == GATE_CHECK and not check.passed
+    assert check.metadata["promoted"].value is False
+    champ = eval_lake["client"].get_model_version_by_alias(eval_lake["mlflow"].registered_model, CHAMPION_ALIAS)
+    assert str(champ.version) == eval_lake["versions"]["2024-06-01"][0]
+
+
+def test_rerun_replaces_rows_and_full_tolerance_promotes(spark, eval_lake, first):
+    n_before = _metrics(spark, eval_lake).count()
+    again = _materialize(eval_lake, gate_tolerance=1.0)
+    assert again.success
+    assert _metrics(spark, eval_lake).count() == n_before  # replaced, not duplicated
+    [check] = again.get_asset_check_evaluations()
+    assert check.passed and check.metadata["promoted"].value is True
+    champ = eval_lake["client"].get_model_version_by_alias(eval_lake["mlflow"].registered_model, CHAMPION_ALIAS)
+    assert str(champ.version) == eval_lake["versions"][RUN_DATE][0]
+    values = [r["value"] for r in _metrics(spark, eval_lake).collect()]
+    assert all(math.isfinite(v) for v in values)
