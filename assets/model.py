@@ -1,7 +1,8 @@
 """Model: train the hierarchical interest model on the run date's graph, track it in MLflow, write its outputs.
 
 ``interest_model`` reads the run date's ``graph_nodes`` / ``graph_edges`` / ``graph_views`` snapshot and the
-``content_embeddings`` (each at an explicit Delta version), collects them to the driver
+current ``content_embeddings`` snapshot (each at an explicit Delta version, logged to MLflow; the content table
+holds one current snapshot, so an old date re-run reads today's vectors), collects them to the driver
 (:mod:`spark_jobs.model_inputs`), trains with :func:`hir_pipeline.training.fit.fit_and_embed` (CUDA + bf16 when
 present, else CPU) and writes
 

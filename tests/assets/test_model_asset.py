@@ -37,8 +37,8 @@ def _run_config(**overrides) -> dg.RunConfig:
 
 
 def write_model_inputs(spark, bronze, lake) -> None:
-    """The graph tables of DAY (spark_jobs.graph on the bronze tables of ``bronze``) and random content vectors
-    for every content entity, written to ``lake`` partitioned by run_date."""
+    """The graph tables of DAY (spark_jobs.graph on the bronze tables of ``bronze``, partitioned by run_date) and a
+    content_embeddings snapshot of random vectors for every content entity, written to ``lake``."""
     ents, rels, evs = (read_table(spark, bronze.path(t)) for t in ("entities", "relations", "events"))
     edges = build_edges(ents, rels, evs, DAY, GRAPH).localCheckpoint()
     nodes = build_nodes(ents, edges, DAY, GRAPH).localCheckpoint()
@@ -48,10 +48,11 @@ def write_model_inputs(spark, bronze, lake) -> None:
     content_ents = sorted(tuple(r) for r in ents.where(F.col("entity_type").isin(*CONTENT_ENTITY_TYPES))
                           .select("entity_id", "entity_type").collect())
     rng = np.random.default_rng(0)
-    rows = [(eid, etype, "h", "tiny", None, None, None, rng.normal(size=CONTENT_DIM).tolist(), None, DAY, DAY)
+    rows = [(eid, etype, "h", "tiny", None, None, None, rng.normal(size=CONTENT_DIM).tolist(), None, DAY)
             for eid, etype in content_ents]
-    content = spark.createDataFrame(rows, f"{CONTENT_EMBEDDINGS_DDL}, run_date date")
-    replace_where(content, lake.path("content_embeddings"), f"run_date = '{DAY}'", ["run_date"])
+    # like assets/knowledge.py: one current snapshot (no run_date column), replaced as a whole
+    spark.createDataFrame(rows, CONTENT_EMBEDDINGS_DDL).write.format("delta").mode("overwrite").save(
+        lake.path("content_embeddings"))
 
 
 @pytest.fixture(scope="module")
