@@ -26,7 +26,10 @@ class MLflowResource(dg.ConfigurableResource):
 
         mlflow.set_tracking_uri(self.tracking_uri)
         experiment = mlflow.get_experiment_by_name(self.experiment)
-        if experiment is None:
-            return mlflow.create_experiment(self.experiment, artifact_location=self.artifact_location)
-        mlflow.set_experiment(experiment_id=experiment.experiment_id)
-        return experiment.experiment_id
+        experiment_id = (
+            mlflow.create_experiment(self.experiment, artifact_location=self.artifact_location)
+            if experiment is None
+            else experiment.experiment_id
+        )
+        mlflow.set_experiment(experiment_id=experiment_id)  # runs started next land here, not in Default
+        return experiment_id

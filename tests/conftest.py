@@ -24,6 +24,8 @@ def spark(tmp_path_factory):
             "spark.default.parallelism": "2",
             "spark.driver.memory": "3g",
             "spark.ui.enabled": "false",
+            # Delta rebuilds table state with 50 tasks per read by default: far too many for test-sized tables.
+            "spark.databricks.delta.snapshotPartitions": "2",
             "spark.sql.warehouse.dir": str(warehouse),
         },
     )
