@@ -107,6 +107,47 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Ingest the source, embed its content and run ``evaluation_report``; print the comparison table.
+
+    The graph, training and publishing assets are not needed: the evaluation builds its own graph from
+    the training split and trains its own model with the production settings.
+    """
+    import dagster as dg
+
+    from assets import ASSET_MODULES
+    from hir_pipeline.definitions import default_resources
+
+    dagster_home()
+    partition, window = _resolve_partition(args.source, args.partition)
+    resources = default_resources(args.lake, args.source)
+    print(f"hir evaluate: source={args.source} lake={resources['lake'].root} run date={partition}", flush=True)
+    eval_config = {"epochs": args.epochs} if args.epochs is not None else {}
+    selection = dg.AssetSelection.groups("ingestion") | dg.AssetSelection.assets("content_embeddings",
+                                                                                 "evaluation_report")
+    everything = [*dg.load_assets_from_modules(ASSET_MODULES), *dg.load_asset_checks_from_modules(ASSET_MODULES)]
+    result = dg.materialize(
+        everything, selection=selection, partition_key=partition, resources=resources,
+        instance=dg.DagsterInstance.get(), raise_on_error=False,
+        run_config=dg.RunConfig(ops={"bronze_tables": {"config": {"window": window}},
+                                     "evaluation_report": {"config": eval_config}}),
+    )
+    reports = [e for e in result.get_asset_materialization_events()
+               if e.asset_key == dg.AssetKey("evaluation_report")]
+    if not result.success or not reports:
+        print(f"hir: run {result.run_id} failed; inspect it in the UI "
+              f"(DAGSTER_HOME={os.environ['DAGSTER_HOME']} dagster dev)", file=sys.stderr)
+        return 1
+    meta = reports[-1].materialization.metadata
+    table = meta["comparison"].value
+    print(f"\nEvaluation of {partition} (model version {meta['model_version'].value}):\n\n{table}")
+    print(f"\nDelta: {meta['path'].value} (version {meta['delta_version'].value}); "
+          f"MLflow run {meta['mlflow_run_id'].value}")
+    if args.report:
+        Path(args.report).write_text(table + "\n")
+    return 0
+
+
 def _mlflow_uri() -> str:
     from hir_pipeline.settings import default_mlflow_tracking_uri
 
@@ -136,6 +177,16 @@ def build_parser() -> argparse.ArgumentParser:
     mat.add_argument("--select", default=None,
                      help="Dagster asset selection, e.g. 'group:ingestion' or 'key:entities+' (default: all)")
     mat.set_defaults(func=cmd_materialize)
+
+    ev = sub.add_parser("evaluate", help="evaluate HIR against the baselines on a source, without a nightly run")
+    ev.add_argument("--source", default=os.environ.get("HIR_SOURCE", "movielens"),
+                    help="movielens, synthetic, or a source folder (default: movielens)")
+    ev.add_argument("--lake", default=None, help="Delta lake root (default: HIR_LAKE or .hir/lake)")
+    ev.add_argument("--partition", default=None, metavar="YYYY-MM-DD",
+                    help="run date (default: backfill and evaluate as of the latest event date)")
+    ev.add_argument("--epochs", type=int, default=None, help="override the evaluation model's training epochs")
+    ev.add_argument("--report", default=None, metavar="PATH", help="also write the comparison table (markdown)")
+    ev.set_defaults(func=cmd_evaluate)
 
     from hir_pipeline.query import add_query_parser
 
