@@ -87,7 +87,9 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     if args.select:
         job = job.get_subset(asset_selection=set(dg.AssetSelection.from_string(args.select).resolve(
             defs.resolve_asset_graph())))
-    run_config = {"ops": {"bronze_tables": {"config": {"window": window}}}} if _selects_ingestion(job) else {}
+    run_config = load_run_config(args.config, job)
+    if _selects_ingestion(job):
+        run_config.setdefault("ops", {}).setdefault("bronze_tables", {}).setdefault("config", {})["window"] = window
     result = job.execute_in_process(
         partition_key=partition, instance=dg.DagsterInstance.get(), run_config=run_config, raise_on_error=False
     )
@@ -148,6 +150,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_run_config(path: str | None, job) -> dict:
+    """Dagster run config from a YAML file (``ops: {asset: {config: ...}}``), keeping only selected assets."""
+    if not path:
+        return {}
+    import yaml
+
+    config = yaml.safe_load(Path(path).read_text()) or {}
+    selected = set(job.graph.node_dict)
+    config["ops"] = {op: value for op, value in (config.get("ops") or {}).items() if op in selected}
+    return config
+
+
 def _mlflow_uri() -> str:
     from hir_pipeline.settings import default_mlflow_tracking_uri
 
@@ -176,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "and run as of its latest event date)")
     mat.add_argument("--select", default=None,
                      help="Dagster asset selection, e.g. 'group:ingestion' or 'key:entities+' (default: all)")
+    mat.add_argument("--config", default=None, metavar="YAML",
+                     help="Dagster run config (ops: {asset: {config: ...}}), e.g. config/cpu_sample.yaml")
     mat.set_defaults(func=cmd_materialize)
 
     ev = sub.add_parser("evaluate", help="evaluate HIR against the baselines on a source, without a nightly run")
