@@ -9,6 +9,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets import ASSET_MODULES
+from assets.automation import upstream_refresh_sensor, with_upstream_refresh
 from assets.partitions import daily_partitions
 from hir_pipeline.settings import (
     default_lake_root,
@@ -42,7 +43,8 @@ def default_resources(lake_root: str | None = None, source: str | None = None) -
 
 def build_definitions(lake_root: str | None = None, source: str | None = None) -> dg.Definitions:
     """All definitions, with resources pointing at ``lake_root`` and ``source``."""
-    assets = dg.load_assets_from_modules(ASSET_MODULES)
+    # Downstream partitions re-run when an upstream partition of the same date changes (sensor, daemon).
+    assets = with_upstream_refresh(dg.load_assets_from_modules(ASSET_MODULES))
     checks = dg.load_asset_checks_from_modules(ASSET_MODULES)
     nightly = dg.define_asset_job(
         NIGHTLY_JOB,
@@ -56,6 +58,7 @@ def build_definitions(lake_root: str | None = None, source: str | None = None) -
         asset_checks=checks,
         jobs=[nightly],
         schedules=[schedule],
+        sensors=[upstream_refresh_sensor],
         resources=default_resources(lake_root, source),
         executor=dg.in_process_executor,
     )
