@@ -174,6 +174,10 @@ def evaluation_report(
         raise dg.Failure(f"content_embeddings does not exist: materialize it for {day} first")
     truth = read_ground_truth(session, source.prepare(session)) if source.name != "movielens" else None
 
+    if config.training.torch_threads:  # oversubscribed cores slow sparse/attention kernels by 10x or more
+        import torch
+
+        torch.set_num_threads(config.training.torch_threads)
     ckpt = evaluation_checkpoint_dir(day)
     t0 = time.perf_counter()
     with forward_training_logs(context), forward_training_logs(context, "hir_pipeline.evaluation"):
