@@ -1,15 +1,3 @@
-"""One intra-op thread for the model tests: the CI box has 2 shared cores, and with OpenMP worker threads
-competing against other processes tiny kernels wait milliseconds on descheduled threads."""
+"""Fixtures of these tests."""
 
-from __future__ import annotations
-
-import pytest
-import torch
-
-
-@pytest.fixture(autouse=True)
-def _single_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from tests.hir_pipeline.torch_threads import _single_torch_thread  # noqa: F401 - autouse fixture
