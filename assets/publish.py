@@ -6,6 +6,9 @@ kept stable across model versions (:mod:`hir_pipeline.publish.stable_ids`). The 
 (tags ``hir.run_date`` / ``hir.model_version``) gets the published Delta versions, the stability per level
 and two pictures; the registered model version gets the same tags.
 
+Reading, building and writing are :func:`spark_jobs.publish.read_inputs`, ``build_from_inputs`` and
+``write_publication``; this module adds Dagster metadata, pictures and MLflow.
+
 Crash safety: each table is replaced in one Delta commit (data files first, then one atomic log entry), so a
 run killed mid-write leaves every table at its previous version. ``node_embeddings`` is written *last* and
 acts as the publication's commit marker: readers (:mod:`hir_pipeline.query`) read the other tables as they
@@ -13,14 +16,16 @@ stood when the marker was committed, so a half-finished publication is never mix
 """
 
 import base64
+import contextlib
 import datetime as dt
 import hashlib
 import tempfile
+import time
 from pathlib import Path
 
 import dagster as dg
 import numpy as np
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from assets.partitions import daily_partitions, run_date
@@ -28,20 +33,18 @@ from assets.progress import spark_progress
 from hir_pipeline.publish.pictures import ClusterNode, embedding_map_png, hierarchy_sunburst_png
 from hir_pipeline.publish.stable_ids import MatchConfig
 from resources import LakeResource, MLflowResource, SparkResource
-from spark_jobs.delta_io import read_table, table_exists
+from spark_jobs.delta_io import read_table
 from spark_jobs.publish import (
+    WRITE_ORDER,
+    MissingInput,
     Publication,
     PublishSettings,
-    build_publication,
-    next_cluster_ids,
-    previous_run_date,
-    write_publication_table,
+    build_from_inputs,
+    read_inputs,
+    write_publication,
 )
 
 GROUP = "publish"
-#: Write order: node_embeddings last, it is the commit marker readers resolve a publication by.
-WRITE_ORDER = ("cluster_assignments", "interest_supergraph", "cluster_profiles", "node_embeddings")
-MARKER_TABLE = "node_embeddings"
 UPSTREAM = [dg.AssetKey("interest_model"), dg.AssetKey("graph_edges"), dg.AssetKey("entities")]
 #: MLflow tags that identify the training run of a run date and model version.
 TAG_RUN_DATE, TAG_MODEL_VERSION = "hir.run_date", "hir.model_version"
@@ -85,55 +88,6 @@ class PublishConfig(dg.Config):
             label_terms=self.label_terms,
             supergraph_edge_types=tuple(self.supergraph_edge_types) if self.supergraph_edge_types else None,
         )
-
-
-# --- inputs --------------------------------------------------------------------------------------
-
-
-def _require(session: SparkSession, lake: LakeResource, table: str, day: dt.date) -> DataFrame:
-    """The ``run_date = day`` rows of a model table; fails clearly when the model did not run for that date."""
-    path = lake.path(table)
-    rows = read_table(session, path).where(F.col("run_date") == F.lit(day)) if table_exists(session, path) else None
-    if rows is None or rows.isEmpty():
-        raise dg.Failure(f"{table} has no rows for run date {day}: materialize interest_model for {day} first")
-    return rows
-
-
-def _edges(session: SparkSession, lake: LakeResource, day: dt.date) -> tuple[DataFrame, dt.date]:
-    """``graph_edges`` of the latest snapshot on or before ``day``."""
-    path = lake.path("graph_edges")
-    if not table_exists(session, path):
-        raise dg.Failure(f"graph_edges does not exist: materialize graph_edges for {day} first")
-    edges = read_table(session, path)
-    snap = edges.where(F.col("run_date") <= F.lit(day)).agg(F.max("run_date")).first()[0]
-    if snap is None:
-        raise dg.Failure(f"graph_edges has no snapshot on or before {day}")
-    return edges.where(F.col("run_date") == F.lit(snap)), snap
-
-
-def _previous(session: SparkSession, lake: LakeResource, day: dt.date, n_levels: int):
-    """(previous assignments, previous profiles, previous date, next fresh IDs) from the published tables."""
-    a_path, p_path = lake.path("cluster_assignments"), lake.path("cluster_profiles")
-    if not (table_exists(session, a_path) and table_exists(session, p_path)):
-        return None, None, None, [0] * n_levels
-    profiles = read_table(session, p_path)
-    prev = previous_run_date(profiles, day)
-    next_ids = next_cluster_ids(profiles, day, n_levels)
-    if prev is None:
-        return None, None, None, next_ids
-    assignments = read_table(session, a_path).where(F.col("run_date") == F.lit(prev))
-    return assignments, profiles.where(F.col("run_date") == F.lit(prev)), prev, next_ids
-
-
-# --- writing -------------------------------------------------------------------------------------
-
-
-def last_commit(session: SparkSession, path: str) -> tuple[int, int]:
-    """(version, rows written) of the table's latest commit, from the Delta history (no re-read of the data)."""
-    from delta.tables import DeltaTable
-
-    row = DeltaTable.forPath(session, path).history(1).select("version", "operationMetrics").first()
-    return int(row["version"]), int((row["operationMetrics"] or {}).get("numOutputRows", 0))
 
 
 # --- pictures ------------------------------------------------------------------------------------
@@ -244,6 +198,20 @@ def log_publication(
     return run_id
 
 
+class _Stages:
+    """Times the publish steps (``stage_seconds`` metadata) and reports Spark progress while each runs."""
+
+    def __init__(self, context: dg.AssetExecutionContext, session: SparkSession) -> None:
+        self.context, self.session, self.seconds = context, session, {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        start = time.perf_counter()
+        with spark_progress(self.context, self.session, f"publish: {name}"):
+            yield
+        self.seconds[name] = round(time.perf_counter() - start, 2)
+
+
 # --- the asset -----------------------------------------------------------------------------------
 
 
@@ -262,27 +230,28 @@ def publish_tables(
 ):
     day = run_date(context)
     session = spark.get_session()
-    outputs = _require(session, lake, "model_outputs", day)
-    hierarchy = _require(session, lake, "model_hierarchy", day)
-    n_levels = int(hierarchy.agg(F.max("level")).first()[0]) + 1
-    edges, edges_date = _edges(session, lake, day)
-    prev_a, prev_p, prev_date, next_ids = _previous(session, lake, day, n_levels)
-    context.log.info(f"Publishing run date {day}: {n_levels} levels, graph_edges of {edges_date}, "
+    stages = _Stages(context, session)
+    with stages("read inputs"):
+        try:
+            inputs = read_inputs(session, lake.path, day)
+        except MissingInput as exc:
+            raise dg.Failure(str(exc)) from exc
+    prev_date = inputs.previous_date
+    context.log.info(f"Publishing run date {day}: {inputs.n_levels} levels, graph_edges of {inputs.edges_date}, "
                      f"matching IDs to the publication of {prev_date or '(none: first publication)'}")
-    with spark_progress(context, session, "publish: stable IDs and labels"):
-        pub = build_publication(session, outputs, hierarchy, read_table(session, lake.path("entities")), edges, day,
-                                prev_a, prev_p, next_ids, prev_date, config.settings())
-    versions: dict[str, int] = {}
-    counts: dict[str, int] = {}
-    for table in WRITE_ORDER:
-        with spark_progress(context, session, f"publish: write {table}"):
-            write_publication_table(pub.tables[table], lake.path(table), day, pub.model_version)
-        versions[table], counts[table] = last_commit(session, lake.path(table))
-        context.log.info(f"{table}: {counts[table]:,} rows for {day}, Delta version {versions[table]}")
+    with stages("stable IDs and labels"):
+        pub = build_from_inputs(session, inputs, day, config.settings())
+    with stages("write"):
+        written = write_publication(session, pub, lake.path, day, lambda t, v, n: context.log.info(
+            f"{t}: {n:,} rows for {day}, Delta version {v}"))
+    versions = {t: v for t, (v, _) in written.items()}
+    counts = {t: n for t, (_, n) in written.items()}
     session.catalog.clearCache()
 
-    pictures = _pictures(session, lake, day, config)
-    run_id = log_publication(context, mlflow, lake, day, pub, versions, counts, pictures)
+    with stages("pictures"):
+        pictures = _pictures(session, lake, day, config)
+    with stages("mlflow"):
+        run_id = log_publication(context, mlflow, lake, day, pub, versions, counts, pictures)
     stability = {str(lvl): v for lvl, v in pub.stable.stability().items()}
     methods = {str(lvl): {m: list(match.method.values()).count(m) for m in sorted(set(match.method.values()))}
                for lvl, match in enumerate(pub.stable.levels)}
@@ -291,10 +260,11 @@ def publish_tables(
                  **{f"stability_level_{lvl}": float(v) for lvl, v in stability.items() if v is not None},
                  "previous_run_date": str(prev_date) if prev_date else "none"}
     extra = {
-        "node_embeddings": {"embedding_map": _markdown_image("embedding map", pictures["embedding_map.png"])}
-        if "embedding_map.png" in pictures else {},
+        "node_embeddings": {"stage_seconds": dg.MetadataValue.json(stages.seconds),
+                            **({"embedding_map": _markdown_image("embedding map", pictures["embedding_map.png"])}
+                               if "embedding_map.png" in pictures else {})},
         "cluster_assignments": stab_meta,
-        "interest_supergraph": {"graph_edges_run_date": str(edges_date)},
+        "interest_supergraph": {"graph_edges_run_date": str(inputs.edges_date)},
         "cluster_profiles": {**stab_meta, "id_matches": dg.MetadataValue.json(methods),
                              "hierarchy": _markdown_image("cluster hierarchy", pictures["cluster_hierarchy.png"])},
     }

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,6 +40,11 @@ ASSIGNMENT_COLUMNS = ("entity_id", "entity_type", "level", "cluster_id", "confid
 SUPERGRAPH_COLUMNS = ("level", "src_cluster", "dst_cluster", "weight", "n_edges", "model_version", "run_date")
 PROFILE_COLUMNS = ("level", "cluster_id", "parent_cluster_id", "size", "label", "top_members", "label_terms",
                    "size_by_type", "prototype", "match", "model_version", "run_date")
+
+#: Write order: node_embeddings last, it is the commit marker readers resolve a publication by
+#: (``hir_pipeline.query``): a run killed before it leaves the previous publication as the readable one.
+WRITE_ORDER = ("cluster_assignments", "interest_supergraph", "cluster_profiles", "node_embeddings")
+MARKER_TABLE = "node_embeddings"
 
 _MAPPING_DDL = "level int, model_cluster_id int, cluster_id int, parent_cluster_id int, match string"
 
@@ -95,14 +100,15 @@ def previous_run_date(published: DataFrame | None, run_date: dt.date) -> dt.date
 
 
 def next_cluster_ids(profiles: DataFrame | None, run_date: dt.date, n_levels: int) -> list[int]:
-    """Per level, the first cluster ID never published on any other run date (fresh IDs start there).
+    """Per level, the first cluster ID never published on an earlier run date (fresh IDs start there).
 
-    Rows of ``run_date`` itself are ignored, so re-running a date mints the same IDs again.
+    Only earlier dates count, like every input of a run: re-running a date (even an old one, with later dates
+    already published) mints the same IDs again, and forward in time an ID is never reused.
     """
     out = [0] * n_levels
     if profiles is None:
         return out
-    rows = profiles.where(F.col("run_date") != F.lit(run_date)).groupBy("level").agg(F.max("cluster_id")).collect()
+    rows = profiles.where(F.col("run_date") < F.lit(run_date)).groupBy("level").agg(F.max("cluster_id")).collect()
     for level, top in rows:
         if level < n_levels and top is not None:
             out[level] = int(top) + 1
@@ -297,13 +303,18 @@ def term_counts(assignments: DataFrame, entities: DataFrame, max_terms: int) -> 
 
 
 def cluster_labels(
-    assignments: DataFrame, entities: DataFrame, mapping: DataFrame, n_terms: int, max_terms: int
+    assignments: DataFrame, entities: DataFrame, clusters_per_level: Sequence[int], n_terms: int, max_terms: int
 ) -> dict[tuple[int, int], list[str]]:
-    """(level, published cluster) -> top TF-IDF terms of its members' text."""
+    """(level, published cluster) -> top TF-IDF terms of its members' text.
+
+    Args:
+        assignments: published assignments (``entity_id, level, cluster_id``).
+        entities: ``entity_id, title, description``.
+        clusters_per_level: number of published clusters per level (the idf's document count).
+        n_terms: terms per label.
+        max_terms: most frequent terms per cluster brought to the driver.
+    """
     top, df_rows = term_counts(assignments, entities, max_terms)
-    clusters_per_level: dict[int, int] = defaultdict(int)
-    for r in mapping.select("level").collect():
-        clusters_per_level[int(r["level"])] += 1
     by_level: dict[int, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
     for level, cluster, term, n in top:
         by_level[int(level)][int(cluster)][term] = int(n)
@@ -312,7 +323,8 @@ def cluster_labels(
         doc_freq[int(level)][term] = int(n)
     out: dict[tuple[int, int], list[str]] = {}
     for level, counts in by_level.items():
-        terms = tfidf_terms(counts, n_terms, doc_freq[level], clusters_per_level.get(level, len(counts)))
+        n_docs = clusters_per_level[level] if level < len(clusters_per_level) else len(counts)
+        terms = tfidf_terms(counts, n_terms, doc_freq[level], n_docs)
         out.update({(level, c): t for c, t in terms.items()})
     return out
 
@@ -321,6 +333,7 @@ def cluster_profiles(
     spark: SparkSession,
     assignments: DataFrame,
     mapping: DataFrame,
+    stable: StableHierarchy,
     hierarchy: DataFrame,
     entities: DataFrame,
     model_version: str,
@@ -330,9 +343,22 @@ def cluster_profiles(
     """``cluster_profiles``: per published cluster its parent, size (members at its level), size by entity
     type, label (top TF-IDF terms of its members' text), top members (highest confidence, content types),
     prototype (kept for the next version's stable-ID fallback) and how its ID was decided (``match``).
+
+    Args:
+        spark: session for the small label table.
+        assignments: :func:`cluster_assignments` (published IDs).
+        mapping: :func:`stable_mapping`'s table (model cluster -> published ID, parent, match).
+        stable: :func:`stable_mapping`'s decisions (which clusters are published).
+        hierarchy: ``model_hierarchy`` rows (prototypes, by model cluster).
+        entities: ``entity_id, title, description`` for the labels.
+        model_version: written on every row.
+        run_date: written on every row.
+        settings: label and top-member settings.
     """
-    labels = cluster_labels(assignments, entities, mapping, settings.label_terms, settings.max_terms_per_cluster)
-    keys = [(int(r["level"]), int(r["cluster_id"])) for r in mapping.select("level", "cluster_id").collect()]
+    published = [sorted(level.mapping.values()) for level in stable.levels]
+    labels = cluster_labels(assignments, entities, [len(ids) for ids in published], settings.label_terms,
+                            settings.max_terms_per_cluster)
+    keys = [(lvl, cid) for lvl, ids in enumerate(published) for cid in ids]
     label_rows = [(lvl, cid, make_label(labels.get((lvl, cid), []), lvl, cid), labels.get((lvl, cid), []))
                   for lvl, cid in keys]
     label_df = spark.createDataFrame(label_rows, "level int, cluster_id int, label string, label_terms array<string>")
@@ -401,12 +427,9 @@ def build_publication(
     version = model_version_of(model_outputs)
     new_long = long_assignments(model_outputs).persist()
     hierarchy = model_hierarchy.select("level", "cluster_id", "parent_cluster_id", "prototype")
-    n_levels = hierarchy.agg(F.max("level")).first()[0]
-    n_levels = 0 if n_levels is None else int(n_levels) + 1
-    mapping, stable = stable_mapping(
-        spark, new_long, hierarchy, previous_assignments, previous_profiles,
-        list(next_ids) if next_ids is not None else [0] * n_levels, settings.match,
-    )
+    # next_ids shorter than the hierarchy (or None) means 0 for the missing levels (stabilize pads)
+    mapping, stable = stable_mapping(spark, new_long, hierarchy, previous_assignments, previous_profiles,
+                                     list(next_ids or []), settings.match)
     mapping = mapping.persist()
     assignments = cluster_assignments(new_long, mapping, version, run_date)
     tables = {
@@ -414,8 +437,8 @@ def build_publication(
         "cluster_assignments": assignments,
         "interest_supergraph": interest_supergraph(edges, assignments, version, run_date,
                                                    settings.supergraph_edge_types),
-        "cluster_profiles": cluster_profiles(spark, assignments, mapping, hierarchy, entities, version, run_date,
-                                             settings),
+        "cluster_profiles": cluster_profiles(spark, assignments, mapping, stable, hierarchy, entities, version,
+                                             run_date, settings),
     }
     return Publication(tables=tables, stable=stable, model_version=version, previous_run_date=previous_date)
 
@@ -428,3 +451,131 @@ def write_publication_table(df: DataFrame, path: str, day: dt.date, model_versio
     meta = json.dumps({"run_date": str(day), "model_version": model_version}, sort_keys=True)
     (df.write.format("delta").mode("overwrite").option("replaceWhere", f"run_date = '{day}'")
      .option("userMetadata", meta).partitionBy("run_date").save(path))
+
+
+def last_commit(spark: SparkSession, path: str) -> tuple[int, int]:
+    """(version, rows written) of the table's latest commit, from the Delta history (no re-read of the data)."""
+    from delta.tables import DeltaTable
+
+    row = DeltaTable.forPath(spark, path).history(1).select("version", "operationMetrics").first()
+    return int(row["version"]), int((row["operationMetrics"] or {}).get("numOutputRows", 0))
+
+
+# --- one publish run: read the lake, build, write in order ----------------------------------------
+
+
+class MissingInput(LookupError):
+    """An upstream table (model outputs, graph edges) has nothing for the run date."""
+
+
+@dataclass
+class PublishInputs:
+    """Everything a publication of one run date is built from (lazy DataFrames).
+
+    Attributes:
+        model_outputs: ``model_outputs`` rows of the run date.
+        model_hierarchy: ``model_hierarchy`` rows of the run date.
+        n_levels: levels of the hierarchy.
+        entities: bronze entities (labels).
+        edges: ``graph_edges`` snapshot used for the super-graph.
+        edges_date: run date of that snapshot (the latest on or before the run date).
+        previous_assignments: ``cluster_assignments`` of the previous publication (None: first one).
+        previous_profiles: ``cluster_profiles`` of the previous publication.
+        previous_date: run date of the previous publication.
+        next_ids: per level the first ID never published on an earlier date.
+    """
+
+    model_outputs: DataFrame
+    model_hierarchy: DataFrame
+    n_levels: int
+    entities: DataFrame
+    edges: DataFrame
+    edges_date: dt.date
+    previous_assignments: DataFrame | None
+    previous_profiles: DataFrame | None
+    previous_date: dt.date | None
+    next_ids: list[int]
+
+
+def read_inputs(spark: SparkSession, path: Callable[[str], str], run_date: dt.date) -> PublishInputs:
+    """Read what :func:`build_publication` needs from the lake.
+
+    Args:
+        spark: the session.
+        path: table name -> Delta path (``LakeResource.path``).
+        run_date: the run date being published.
+
+    Raises:
+        MissingInput: the model did not run for ``run_date``, or there is no graph snapshot on or before it.
+    """
+    from spark_jobs.delta_io import read_table, table_exists
+
+    def on(df: DataFrame, day: dt.date) -> DataFrame:
+        return df.where(F.col("run_date") == F.lit(day))
+
+    model: dict[str, DataFrame] = {}
+    for table in ("model_outputs", "model_hierarchy"):
+        if not table_exists(spark, path(table)):
+            raise MissingInput(f"{table} does not exist: materialize interest_model for {run_date} first")
+        model[table] = on(read_table(spark, path(table)), run_date)
+    top = model["model_hierarchy"].agg(F.max("level")).first()[0]
+    if top is None or model["model_outputs"].isEmpty():
+        raise MissingInput(f"model_outputs has no rows for run date {run_date}: "
+                           f"materialize interest_model for {run_date} first")
+    n_levels = int(top) + 1
+    if not table_exists(spark, path("graph_edges")):
+        raise MissingInput(f"graph_edges does not exist: materialize graph_edges for {run_date} first")
+    edges = read_table(spark, path("graph_edges"))
+    edges_date = edges.where(F.col("run_date") <= F.lit(run_date)).agg(F.max("run_date")).first()[0]
+    if edges_date is None:
+        raise MissingInput(f"graph_edges has no snapshot on or before {run_date}")
+    prev_a = prev_p = prev_date = None
+    next_ids = [0] * n_levels
+    if table_exists(spark, path("cluster_assignments")) and table_exists(spark, path("cluster_profiles")):
+        profiles = read_table(spark, path("cluster_profiles"))
+        prev_date = previous_run_date(profiles, run_date)
+        next_ids = next_cluster_ids(profiles, run_date, n_levels)
+        if prev_date is not None:
+            prev_a = on(read_table(spark, path("cluster_assignments")), prev_date)
+            prev_p = on(profiles, prev_date)
+    return PublishInputs(model["model_outputs"], model["model_hierarchy"], n_levels,
+                         read_table(spark, path("entities")), on(edges, edges_date), edges_date,
+                         prev_a, prev_p, prev_date, next_ids)
+
+
+def build_from_inputs(spark: SparkSession, inputs: PublishInputs, run_date: dt.date,
+                      settings: PublishSettings | None = None) -> Publication:
+    """:func:`build_publication` over :func:`read_inputs`."""
+    return build_publication(spark, inputs.model_outputs, inputs.model_hierarchy, inputs.entities, inputs.edges,
+                             run_date, inputs.previous_assignments, inputs.previous_profiles, inputs.next_ids,
+                             inputs.previous_date, settings)
+
+
+def write_publication(spark: SparkSession, publication: Publication, path: Callable[[str], str], run_date: dt.date,
+                      on_written: Callable[[str, int, int], None] | None = None) -> dict[str, tuple[int, int]]:
+    """Write the four tables in :data:`WRITE_ORDER` (marker last), one Delta commit each.
+
+    Args:
+        spark: the session.
+        publication: from :func:`build_publication`.
+        path: table name -> Delta path.
+        run_date: the partition replaced.
+        on_written: called with ``(table, delta_version, rows)`` after each commit (progress logging).
+
+    Returns:
+        table -> (Delta version, rows written).
+    """
+    written: dict[str, tuple[int, int]] = {}
+    for table in WRITE_ORDER:
+        write_publication_table(publication.tables[table], path(table), run_date, publication.model_version)
+        written[table] = last_commit(spark, path(table))
+        if on_written is not None:
+            on_written(table, *written[table])
+    return written
+
+
+def publish(spark: SparkSession, path: Callable[[str], str], run_date: dt.date,
+            settings: PublishSettings | None = None) -> tuple[Publication, dict[str, tuple[int, int]]]:
+    """One publish run without Dagster or MLflow: read, build, write (what the publish asset does first)."""
+    publication = build_from_inputs(spark, read_inputs(spark, path, run_date), run_date, settings)
+    return publication, write_publication(spark, publication, path, run_date)

@@ -118,10 +118,11 @@ def hierarchy_sunburst_png(nodes: Sequence[ClusterNode], title: str = "Interest 
         rgba[:3] = rgba[:3] + (1 - rgba[:3]) * min(0.25 * node.level, 0.75)  # deeper = lighter
         ax.bar(start, 1.0, width=width, bottom=1.0 + node.level, align="edge", color=rgba,
                edgecolor="white", linewidth=0.5)
-        if node.level <= 1 and width > (0.35 if node.level == 0 else 0.22):
-            angle = start + width / 2
-            ax.text(angle, 1.5 + node.level, f"{node.cluster_id}: {node.label}"[:28], ha="center", va="center",
-                    fontsize=7 if node.level else 8, rotation=0, wrap=True)
+        if node.level <= 1 and width > (0.35 if node.level == 0 else 0.25):
+            # level 0: the whole label; level 1: its first term, so neighbouring wedges do not collide
+            text = node.label if node.level == 0 else node.label.split(" / ")[0]
+            ax.text(start + width / 2, 1.5 + node.level, f"{node.cluster_id}: {text}"[:30], ha="center",
+                    va="center", fontsize=8 if node.level == 0 else 6.5)
     ax.set_axis_off()
     ax.set_title(title)
     return _png(fig, dpi)

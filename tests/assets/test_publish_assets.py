@@ -1,7 +1,8 @@
 """The publish multi-asset, materialized for real on the tiny lake with hand-written model tables.
 
-Sequence (one module-scoped lake): publish D1 (model v1), re-run D1, publish D2 with model v2 = v1 with every
-level's clusters renumbered (a permutation) -> the published IDs do not move and stability is 1.0.
+Sequence (one module-scoped lake): publish D1 (model v1); publish D2 with model v2 = v1 with every level's
+clusters renumbered (a permutation) -> the published IDs do not move and stability is 1.0; re-run D1 (an old
+date, with D2 already published) -> D1's rows are replaced by the same ones, D2's are untouched.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from assets.publish import WRITE_ORDER, publish_tables
+from assets.publish import publish_tables
 from hir_pipeline.contracts import OUTPUT_TABLES
 from hir_pipeline.query import Publication
 from resources import LakeResource
 from spark_jobs.delta_io import latest_version, read_table
+from spark_jobs.publish import WRITE_ORDER, publish
 from tests.assets.conftest import RUN_DATE, make_resources
 from tests.assets.publish_fixtures import (
     copy_inputs,
@@ -52,29 +54,24 @@ def _assignments(spark, lake: LakeResource, day: dt.date) -> dict[tuple[str, int
 
 @pytest.fixture(scope="module")
 def runs(spark, ingested_lake, tiny_source, tmp_path_factory):
-    """Materialize D1, re-run D1, then D2 (permuted model); snapshot what each step left behind."""
+    """Materialize D1, D2 (permuted model), then re-run D1; snapshot what each step left behind."""
     root = tmp_path_factory.mktemp("publish") / "lake"
     resources = make_resources(spark, root, tiny_source)
     lake: LakeResource = resources["lake"]
     copy_inputs(spark, ingested_lake["lake"], lake, D1)
     truth = ground_truth(spark, tiny_source)
-    write_model_tables(spark, lake, truth, D1, "1")
-    run1 = tag_training_run(resources["mlflow"], D1, "1")
-    first = _materialize(resources, D1)
-    assert first.success
-    state = {"resources": resources, "lake": lake, "truth": truth, "first": _metadata(first), "run1": run1,
-             "a1": _assignments(spark, lake, D1)}
+    state = {"resources": resources, "lake": lake, "truth": truth}
+    for key, day, version, permute in (("first", D1, "1", None), ("second", D2, "2", 5)):
+        write_model_tables(spark, lake, truth, day, version, permute=permute)
+        state[f"run{version}"] = tag_training_run(resources["mlflow"], day, version)
+        result = _materialize(resources, day)
+        assert result.success
+        state[key] = _metadata(result)
+    state["a1"], state["a2"] = _assignments(spark, lake, D1), _assignments(spark, lake, D2)
     rerun = _materialize(resources, D1)
     assert rerun.success
     state["rerun"] = _metadata(rerun)
-    state["a1_rerun"] = _assignments(spark, lake, D1)
-    write_model_tables(spark, lake, truth, D2, "2", permute=5)
-    state["run2"] = tag_training_run(resources["mlflow"], D2, "2")
-    second = _materialize(resources, D2)
-    assert second.success
-    state["second"] = _metadata(second)
-    state["a2"] = _assignments(spark, lake, D2)
-    state["a1_after"] = _assignments(spark, lake, D1)
+    state["a1_rerun"], state["a2_after"] = _assignments(spark, lake, D1), _assignments(spark, lake, D2)
     return state
 
 
@@ -117,17 +114,17 @@ def test_first_publication_writes_the_four_tables(spark, runs):
 
 
 def test_rerun_replaces_that_date_only(spark, runs):
-    first, rerun, lake = runs["first"], runs["rerun"], runs["lake"]
+    first, second, rerun, lake = runs["first"], runs["second"], runs["rerun"], runs["lake"]
     for table in OUTPUT_TABLES:
-        assert rerun[table]["delta_version"] == first[table]["delta_version"] + 1
+        assert rerun[table]["delta_version"] == second[table]["delta_version"] + 1 == 2
         assert rerun[table]["dagster/row_count"] == first[table]["dagster/row_count"]
-    assert runs["a1_rerun"] == runs["a1"]  # same inputs: same IDs (fresh IDs are not minted twice)
-    # after publishing D2, D1's rows are untouched and both dates are there exactly once
-    assert runs["a1_after"] == runs["a1"]
-    for table in OUTPUT_TABLES:
+    # same inputs, same IDs: fresh IDs count only earlier dates, so D2 being published changes nothing for D1
+    assert runs["a1_rerun"] == runs["a1"]
+    assert runs["a2_after"] == runs["a2"]  # D2's rows are untouched
+    for table in OUTPUT_TABLES:  # both dates exactly once
         counts = {r.run_date: r["count"] for r in read_table(spark, lake.path(table)).groupBy("run_date").count()
                   .collect()}
-        assert counts == {D1: first[table]["dagster/row_count"], D2: runs["second"][table]["dagster/row_count"]}
+        assert counts == {D1: first[table]["dagster/row_count"], D2: second[table]["dagster/row_count"]}
 
 
 def test_permuted_model_keeps_cluster_ids(spark, runs):
@@ -149,14 +146,14 @@ def test_permuted_model_keeps_cluster_ids(spark, runs):
     assert model_ids != published  # the model renumbered its clusters; the publication did not
 
 
-def test_mlflow_lineage(spark, runs):
+def test_mlflow_lineage(runs):
     from mlflow import MlflowClient
 
-    resources, lake = runs["resources"], runs["lake"]
+    resources = runs["resources"]
     resources["mlflow"].activate()
     client = MlflowClient()
     run = client.get_run(runs["run2"])
-    versions = {t: latest_version(spark, lake.path(t)) for t in OUTPUT_TABLES}
+    versions = {t: runs["second"][t]["delta_version"] for t in OUTPUT_TABLES}
     for table in OUTPUT_TABLES:
         assert run.data.tags[f"hir.published.{table}.delta_version"] == str(versions[table])
     assert run.data.tags["hir.published.run_date"] == str(D2)
@@ -169,9 +166,9 @@ def test_mlflow_lineage(spark, runs):
     assert all(tags["mlflow.data.context"] == "published" for tags in inputs.values())
     model_version = client.get_model_version(resources["mlflow"].registered_model, "2")
     assert model_version.tags["hir.published.node_embeddings.delta_version"] == str(versions["node_embeddings"])
-    # the first training run has the D1 re-run's versions and no stability (nothing to compare with)
+    # the first training run has the D1 re-run's versions and no stability (nothing earlier to compare with)
     run1 = client.get_run(runs["run1"])
-    assert run1.data.tags["hir.published.cluster_profiles.delta_version"] == "1"
+    assert run1.data.tags["hir.published.cluster_profiles.delta_version"] == "2"
     assert not any(k.startswith("publish.stability") for k in run1.data.metrics)
 
 
@@ -201,35 +198,32 @@ def test_write_order_ends_with_the_marker():
     assert WRITE_ORDER[-1] == "node_embeddings" and set(WRITE_ORDER) == set(OUTPUT_TABLES)
 
 
-#: Child process: the publish asset for one date, materialized through Dagster with its own Spark.
+#: Child process: the publish run (spark_jobs.publish.publish, the asset's read-build-write) with its own Spark.
 PUBLISH_CHILD = """
-import sys
-import dagster as dg
-from assets.publish import publish_tables
-from resources import LakeResource, MLflowResource, SparkResource
+import datetime as dt, sys
+from hir_pipeline.settings import cache_dir
+from spark_jobs.publish import publish
+from spark_jobs.session import build_spark_session, ensure_delta_jars
 
-lake, tracking, artifacts, day = sys.argv[1:5]
-spark = SparkResource(master="local[1]", conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
-dg.materialize([publish_tables], partition_key=day, resources={
-    "spark": spark, "lake": LakeResource(root=lake),
-    "mlflow": MLflowResource(tracking_uri=tracking, artifact_location=artifacts)})
+root, day = sys.argv[1], dt.date.fromisoformat(sys.argv[2])
+spark = build_spark_session(jars=ensure_delta_jars(cache_dir()), master="local[1]", app_name="publish-child",
+                            conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"})
+publish(spark, lambda table: f"{root}/{table}", day)
 """
 
 
 @pytest.mark.slow
 def test_publish_killed_between_tables_keeps_the_previous_publication(spark, runs, tmp_path):
     """Runs last: re-publish D2 with model v3 in a child process, SIGKILL it right after its first table
-    commit, check every table and the query layer, then re-run to completion in-process."""
-    lake, resources = runs["lake"], runs["resources"]
+    commit, check every table and the query layer, then re-run to completion."""
+    lake = runs["lake"]
     before = Publication(lake.root)
     before_versions = {t: latest_version(spark, lake.path(t)) for t in OUTPUT_TABLES}
     some = runs["truth"][0][0]
     before_similar = before.similar(some, k=5)
     write_model_tables(spark, lake, runs["truth"], D2, "3", permute=9)
     first_commit = Path(lake.path(WRITE_ORDER[0])) / "_delta_log" / f"{before_versions[WRITE_ORDER[0]] + 1:020d}.json"
-    mlflow = resources["mlflow"]
-    proc = spawn(["-c", PUBLISH_CHILD, lake.root, mlflow.tracking_uri, mlflow.artifact_location, str(D2)],
-                 tmp_path / "child.log")
+    proc = spawn(["-c", PUBLISH_CHILD, lake.root, str(D2)], tmp_path / "child.log")
     kill_when(proc, first_commit.exists)
 
     after_versions = {t: latest_version(spark, lake.path(t)) for t in OUTPUT_TABLES}
@@ -243,10 +237,12 @@ def test_publish_killed_between_tables_keeps_the_previous_publication(spark, run
     assert now.snapshot == before.snapshot and now.snapshot.model_version == "2"
     assert now.similar(some, k=5) == before_similar
 
-    result = _materialize(resources, D2)
-    assert result.success
+    publication, written = publish(spark, lake.path, D2)  # the re-run completes
+    spark.catalog.clearCache()
+    assert {t: v for t, (v, _) in written.items()} == {t: after_versions[t] + 1 for t in OUTPUT_TABLES}
     done = Publication(lake.root)
     assert done.snapshot.model_version == "3" and done.snapshot.run_date == D2
+    assert publication.stable.stability() == {0: 1.0, 1: 1.0, 2: 1.0}
     assert _assignments(spark, lake, D2) == runs["a1"]  # stable IDs through the crash and the re-run
     for table in OUTPUT_TABLES:  # one set of rows per date: the half-done commit was replaced, not added to
         per_day = {r.run_date: r["count"] for r in read_table(spark, lake.path(table)).groupBy("run_date").count()

@@ -136,6 +136,10 @@ def test_permuted_version_keeps_ids_and_new_cluster_gets_fresh_id(spark, catalog
     profiles1 = {(r.level, r.cluster_id): (r.parent_cluster_id, r.label) for r in prev_p.collect()}
     assert {k: v[:2] for k, v in profiles2.items()} == profiles1
     assert {v[2] for v in profiles2.values()} == {"overlap"}
+    # fresh IDs count only earlier dates: re-running DAY1 after DAY2 was published mints the same IDs again
+    both = prev_p.unionByName(second.tables["cluster_profiles"])
+    assert next_cluster_ids(both, DAY1, 2) == [0, 0]
+    assert next_cluster_ids(both, DAY2 + dt.timedelta(days=1), 2) == [2, 4]
 
     # a third version splits tea: u4 stays in model cluster 3, the rest of tea moves to the empty cluster 4.
     # Cluster 4 holds most of old cluster 3 (Jaccard 3/4) and keeps its ID; cluster 3 (1/4) is new (fresh ID).
