@@ -128,6 +128,26 @@ class Publication:
 
         return DeltaTable(_path(self.lake, table), version=version, storage_options=self._options)
 
+    def _dataset(self, table: str, version: int | None = None):
+        """A pyarrow dataset of ``table`` (at ``version``) read through pyarrow's own filesystem.
+
+        deltalake's default filesystem is a Python handler over its Rust runtime; pyarrow's scanner threads can
+        outlive it at interpreter exit and abort the process ("terminate called without an active exception",
+        delta-rs issue 2184). pyarrow's native filesystems (local, S3, GCS, HDFS) have no such problem; with
+        ``storage_options`` or a URI pyarrow cannot open, the default handler is used.
+        """
+        import pyarrow.fs as pa_fs
+
+        delta = self._table(table, version)
+        filesystem = None
+        if self._options is None:
+            try:
+                fs, root = pa_fs.FileSystem.from_uri(_path(self.lake, table))
+                filesystem = pa_fs.SubTreeFileSystem(root, fs)
+            except (ValueError, OSError):  # pyarrow.ArrowInvalid is a ValueError: a scheme pyarrow lacks
+                filesystem = None
+        return delta.to_pyarrow_dataset(filesystem=filesystem)
+
     def _exists(self, table: str) -> bool:
         from deltalake import DeltaTable
 
@@ -177,8 +197,7 @@ class Publication:
         flt = ds.field("run_date") == pa.scalar(run_date, pa.date32())
         if where is not None:
             flt = flt & where
-        return self._table(table, version).to_pyarrow_dataset().to_table(
-            columns=list(columns) if columns else None, filter=flt)
+        return self._dataset(table, version).to_table(columns=list(columns) if columns else None, filter=flt)
 
     def read(self, table: str, columns: Sequence[str] | None = None, where=None):
         """The snapshot's rows of ``table`` as a pyarrow Table.
@@ -262,7 +281,7 @@ class Publication:
         import pyarrow as pa
 
         flt = (ds.field("run_date") == pa.scalar(dates[-1], pa.date32())) & (ds.field("src_id") == user_id)
-        return set(table.to_pyarrow_dataset().to_table(columns=["dst_id"], filter=flt).column(0).to_pylist())
+        return set(self._dataset("graph_edges").to_table(columns=["dst_id"], filter=flt).column(0).to_pylist())
 
     def cluster(self, level: int, cluster_id: int, members: int = 20, neighbours: int = 10) -> ClusterView:
         """A cluster's profile, its ``members`` highest-confidence members, children and strongest neighbours.

@@ -189,3 +189,38 @@ def test_cli_similar_cluster_recommend_and_unknown_id(lake):
     assert code == EXIT_UNKNOWN and out == "" and "unknown entity 'ghost'" in err
     code, _, err = _cli(["query", "cluster", "3", "0", "--lake", str(lake)])
     assert code == EXIT_UNKNOWN and "unknown cluster 0 at level 3" in err
+
+
+CHILD = """
+import argparse, sys
+from hir_pipeline.query import add_query_parser
+parser = argparse.ArgumentParser(prog="hir")
+add_query_parser(parser.add_subparsers(dest="command", required=True))
+args = parser.parse_args(sys.argv[1:])
+sys.exit(args.func(args))
+"""
+
+
+def test_reads_use_pyarrow_native_filesystem(lake):
+    """Regression: deltalake's default Python filesystem handler made 15-50% of query processes abort at exit
+    ("terminate called without an active exception", delta-rs issue 2184); local lakes are read natively."""
+    import pyarrow.fs as pa_fs
+
+    dataset = Publication(str(lake))._dataset("node_embeddings")
+    assert isinstance(dataset.filesystem, pa_fs.SubTreeFileSystem)
+    assert isinstance(dataset.filesystem.base_fs, pa_fs.LocalFileSystem)
+
+
+def test_query_process_exit_codes(lake):
+    """The handler as a process: results exit 0, unknown IDs exit 2 with the message on stderr, no abort."""
+    import subprocess
+    import sys
+
+    from hir_pipeline.settings import project_root
+
+    for argv, code in [(["recommend", "u1"], 0), (["cluster", "0", "9"], EXIT_UNKNOWN), (["similar", "zz"], 2)]:
+        proc = subprocess.run([sys.executable, "-c", CHILD, "query", *argv, "--lake", str(lake)], cwd=project_root(),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == code, proc.stderr
+        assert "terminate called" not in proc.stderr
+        assert (code == 0) == (proc.stderr == "")
