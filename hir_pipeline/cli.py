@@ -83,7 +83,7 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     partition, window = _resolve_partition(args.source, args.partition)
     print(f"hir: source={args.source} lake={lake} run date={partition} ingestion window={window}", flush=True)
     defs = build_definitions(lake_root=lake, source=args.source)
-    job = defs.get_job_def(NIGHTLY_JOB)
+    job = defs.resolve_job_def(NIGHTLY_JOB)
     if args.select:
         job = job.get_subset(asset_selection=set(dg.AssetSelection.from_string(args.select).resolve(
             defs.resolve_asset_graph())))

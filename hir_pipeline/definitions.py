@@ -10,7 +10,6 @@ import dagster as dg
 
 from assets import ASSET_MODULES
 from assets.automation import upstream_refresh_sensor, with_upstream_refresh
-from assets.partitions import daily_partitions
 from hir_pipeline.settings import (
     default_lake_root,
     default_mlflow_artifact_root,
@@ -46,10 +45,10 @@ def build_definitions(lake_root: str | None = None, source: str | None = None) -
     # Downstream partitions re-run when an upstream partition of the same date changes (sensor, daemon).
     assets = with_upstream_refresh(dg.load_assets_from_modules(ASSET_MODULES))
     checks = dg.load_asset_checks_from_modules(ASSET_MODULES)
+    # Its partitions (daily run dates) come from the selected assets; the schedule resolves them with the job.
     nightly = dg.define_asset_job(
         NIGHTLY_JOB,
         selection=dg.AssetSelection.all(),
-        partitions_def=daily_partitions,
         description="Ingest the day's activity, rebuild graph and embeddings, retrain, publish, evaluate.",
     )
     schedule = dg.build_schedule_from_partitioned_job(nightly, hour_of_day=2, minute_of_hour=0)

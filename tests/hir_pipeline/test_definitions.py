@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 
 import dagster as dg
 
+from assets.partitions import daily_partitions
 from hir_pipeline.definitions import NIGHTLY_JOB, build_definitions, defs
 
 
@@ -15,7 +17,7 @@ def test_definitions_load_and_validate():
     groups = {graph.get(key).group_name for key in graph.get_all_asset_keys()}
     assert "ingestion" in groups
     assert {"entities", "relations", "events", "quarantine"} <= {k.path[-1] for k in graph.get_all_asset_keys()}
-    assert defs.get_job_def(NIGHTLY_JOB).partitions_def is not None
+    assert defs.resolve_job_def(NIGHTLY_JOB).partitions_def == daily_partitions  # inferred from the assets
 
 
 def test_resources_follow_arguments(tmp_path):
@@ -26,9 +28,29 @@ def test_resources_follow_arguments(tmp_path):
 
 
 def test_nightly_schedule_runs_yesterdays_partition():
-    schedule = defs.get_schedule_def(f"{NIGHTLY_JOB}_schedule")
+    schedule = defs.resolve_schedule_def(f"{NIGHTLY_JOB}_schedule")
     assert schedule.cron_schedule == "0 2 * * *"
     tick = dt.datetime(2026, 12, 3, 2, 0, tzinfo=dt.UTC)
     with dg.build_schedule_context(scheduled_execution_time=tick) as context:
         requests = schedule.evaluate_tick(context).run_requests
     assert [r.partition_key for r in requests] == ["2026-12-02"]
+
+
+def test_definitions_use_no_deprecated_dagster_api():
+    """Building the code location and resolving its job and schedule warn of nothing deprecated.
+
+    ``define_asset_job(partitions_def=...)`` (a ``DeprecationWarning``: partitions are inferred from the assets) and
+    ``Definitions.get_job_def`` / ``get_schedule_def`` (``UserWarning``s: ``resolve_*`` since dagster 1.11) did.
+    Dagster's ``BetaWarning`` / ``PreviewWarning`` flag young APIs, not deprecated ones, and are allowed.
+    """
+    # Imports above may have called logging.captureWarnings; recording inside the block still sees everything.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        built = build_definitions()
+        dg.Definitions.validate_loadable(built)
+        job = built.resolve_job_def(NIGHTLY_JOB)
+        built.resolve_schedule_def(f"{NIGHTLY_JOB}_schedule")
+    assert job.partitions_def == daily_partitions
+    bad = [f"{w.category.__name__} {w.filename}:{w.lineno}: {w.message}" for w in caught
+           if not issubclass(w.category, dg.BetaWarning | dg.PreviewWarning)]
+    assert not bad, "\n".join(bad)

@@ -51,7 +51,7 @@ def _run(defs: dg.Definitions, instance: dg.DagsterInstance, keys: set[dg.AssetK
     """Execute the nightly job restricted to ``keys`` for :data:`RUN_DATE`, as ``hir materialize`` does."""
     from hir_pipeline.definitions import NIGHTLY_JOB
 
-    job = defs.get_job_def(NIGHTLY_JOB).get_subset(asset_selection=keys)
+    job = defs.resolve_job_def(NIGHTLY_JOB).get_subset(asset_selection=keys)
     ops = {name for name in run_config.get("ops", {}) if name in job.graph.node_dict}
     config = {"ops": {name: run_config["ops"][name] for name in ops}}
     return job.execute_in_process(partition_key=RUN_DATE, instance=instance, run_config=config,
