@@ -3,6 +3,9 @@
 One Spark pass labels every row; accepted rows land in ``entities`` / ``relations`` (merged by key)
 and ``events`` (daily Delta partitions by ``event_date``, replaced on re-run); everything else lands
 in ``quarantine`` with its reason and raw row, so nothing is lost and nothing is fatal.
+
+The run log names, per table, the run date, the rows written and the Delta version written; every Spark step
+(labelling and writing each table, the accounting re-count, each Great Expectations suite) logs its progress.
 """
 
 
@@ -15,6 +18,7 @@ from pyspark.sql import functions as F
 
 from assets.bronze_suites import bronze_suites
 from assets.partitions import daily_partitions, run_date
+from assets.progress import spark_progress
 from assets.quality import validate
 from hir_pipeline.contracts import DEFAULT_FUNNEL, ENTITY_TYPES, EVENT_DATE_COLUMN
 from resources import LakeResource, SourceResource, SparkResource
@@ -37,11 +41,13 @@ class IngestionConfig(dg.Config):
             ``--partition`` uses it).
         funnel: accepted event types, shallow to deep.
         entity_types: accepted entity types.
+        progress_every_s: interval of the Spark progress lines in the run log.
     """
 
     window: Literal["day", "all"] = "day"
     funnel: list[str] = list(DEFAULT_FUNNEL)
     entity_types: list[str] = list(ENTITY_TYPES)
+    progress_every_s: float = 10.0
 
 
 def event_window(config: IngestionConfig, day: dt.date) -> ingest.EventWindow:
@@ -95,7 +101,12 @@ def bronze_tables(
     raw = read_source(session, folder)
     window = event_window(config, day)
     counts: dict[str, dict[str, int]] = {}
+    versions: dict[str, int] = {}
     quarantine_parts: list[DataFrame] = []
+
+    def step(name: str):
+        """Spark progress of one ingestion step in the run log."""
+        return spark_progress(context, session, f"bronze_tables: {name}", config.progress_every_s)
 
     def settle(table: str, labelled: DataFrame, read: int) -> DataFrame:
         labelled = labelled.persist()
@@ -105,46 +116,70 @@ def bronze_tables(
         quarantine_parts.append(ingest.quarantined(labelled, table, day))
         return labelled
 
-    entities = settle("entities", ingest.label_entities(raw["entities"], tuple(config.entity_types)),
-                      raw["entities"].count())
-    upsert(session, ingest.accepted(entities, "entities"), lake.path("entities"), ["entity_id"])
-    known = read_table(session, lake.path("entities")).select("entity_id", "entity_type").persist()
+    def written(table: str, rows: int, how: str) -> None:
+        versions[table] = latest_version(session, lake.path(table))
+        context.log.info(f"{table} for run date {day}: {rows:,} rows {how}, Delta version {versions[table]}")
 
-    relations = settle("relations", ingest.label_relations(raw["relations"], known), raw["relations"].count())
-    upsert(session, ingest.accepted(relations, "relations"), lake.path("relations"), ["src_id", "dst_id", "relation"])
+    with step("entities"):
+        entities = settle("entities", ingest.label_entities(raw["entities"], tuple(config.entity_types)),
+                          raw["entities"].count())
+        upsert(session, ingest.accepted(entities, "entities"), lake.path("entities"), ["entity_id"])
+        known = read_table(session, lake.path("entities")).select("entity_id", "entity_type").persist()
+    written("entities", counts["entities"]["accepted"], "merged by entity_id")
 
-    events_read = raw["events"].where(
-        ingest.as_timestamp(raw["events"], "event_ts").isNull()
-        | (F.to_date(ingest.as_timestamp(raw["events"], "event_ts")) <= F.lit(window.end))
-        & (F.lit(window.start).isNull() | (F.to_date(ingest.as_timestamp(raw["events"], "event_ts"))
-                                           >= F.lit(window.start)))
-    ).count()
-    events = settle("events", ingest.label_events(raw["events"], known, window, tuple(config.funnel)), events_read)
-    replace_where(ingest.accepted(events, "events"), lake.path("events"), window_predicate(window), [EVENT_DATE_COLUMN])
+    with step("relations"):
+        relations = settle("relations", ingest.label_relations(raw["relations"], known), raw["relations"].count())
+        upsert(session, ingest.accepted(relations, "relations"), lake.path("relations"),
+               ["src_id", "dst_id", "relation"])
+    written("relations", counts["relations"]["accepted"], "merged by (src_id, dst_id, relation)")
 
-    quarantine = quarantine_parts[0].unionByName(quarantine_parts[1]).unionByName(quarantine_parts[2])
-    replace_where(quarantine, lake.path("quarantine"), f"run_date = '{day}'", ["run_date"])
+    with step("events"):
+        events_read = raw["events"].where(
+            ingest.as_timestamp(raw["events"], "event_ts").isNull()
+            | (F.to_date(ingest.as_timestamp(raw["events"], "event_ts")) <= F.lit(window.end))
+            & (F.lit(window.start).isNull() | (F.to_date(ingest.as_timestamp(raw["events"], "event_ts"))
+                                               >= F.lit(window.start)))
+        ).count()
+        events = settle("events", ingest.label_events(raw["events"], known, window, tuple(config.funnel)),
+                        events_read)
+        replace_where(ingest.accepted(events, "events"), lake.path("events"), window_predicate(window),
+                      [EVENT_DATE_COLUMN])
+    written("events", counts["events"]["accepted"], f"written in place of {window_predicate(window)}")
+
+    with step("quarantine"):
+        quarantine = quarantine_parts[0].unionByName(quarantine_parts[1]).unionByName(quarantine_parts[2])
+        replace_where(quarantine, lake.path("quarantine"), f"run_date = '{day}'", ["run_date"])
+    written("quarantine", sum(c["quarantined"] for c in counts.values()), "written")
     for df in (entities, relations, events, known):
         df.unpersist()
 
-    yield from _results(context, session, lake, day, window, counts)
+    with step("accounting"):
+        quarantined_now, events_now = _recount(session, lake, day, window)
+    yield from _results(lake, day, counts, versions, quarantined_now, events_now)
     suites = bronze_suites(tuple(config.entity_types), tuple(config.funnel))
     for table in BRONZE:
         df = read_table(session, lake.path(table))
         if table == "events":
             df = df.where(window_predicate(window))
         context.log.info(f"Validating {table} with Great Expectations ({len(suites[table])} expectations)")
-        yield validate(df, f"bronze_{table}", suites[table], asset_key=table, check_name=SUITE_CHECK)
+        with step(f"validate {table}"):
+            check = validate(df, f"bronze_{table}", suites[table], asset_key=table, check_name=SUITE_CHECK)
+        yield check
 
 
-def _results(context, session, lake: LakeResource, day: dt.date, window: ingest.EventWindow, counts):
-    """Materialization metadata, plus the accounting check re-counted from the written tables."""
+def _recount(session, lake: LakeResource, day: dt.date, window: ingest.EventWindow) -> tuple[dict[str, int], int]:
+    """Rows the run's quarantine partition holds per source table, and the events of the window, as written."""
     written = (
         read_table(session, lake.path("quarantine")).where(F.col("run_date") == F.lit(day))
         .groupBy("source_table").count().collect()
     )
-    quarantined_now = {r["source_table"]: r["count"] for r in written}
     events_now = read_table(session, lake.path("events")).where(window_predicate(window)).count()
+    return {r["source_table"]: r["count"] for r in written}, events_now
+
+
+def _results(lake: LakeResource, day: dt.date, counts: dict[str, dict[str, int]], versions: dict[str, int],
+             quarantined_now: dict[str, int], events_now: int):
+    """Materialization metadata, plus the accounting check on the counts re-read from the written tables."""
     for table in BRONZE:
         c = counts[table]
         yield dg.MaterializeResult(
@@ -154,7 +189,7 @@ def _results(context, session, lake: LakeResource, day: dt.date, window: ingest.
                 "read": c["read"],
                 "quarantined": c["quarantined"],
                 "run_date": str(day),
-                "delta_version": latest_version(session, lake.path(table)),
+                "delta_version": versions[table],
                 "path": dg.MetadataValue.path(lake.path(table)),
             },
         )
@@ -163,7 +198,8 @@ def _results(context, session, lake: LakeResource, day: dt.date, window: ingest.
         metadata={
             "dagster/row_count": sum(quarantined_now.values()),
             "by_table": dg.MetadataValue.json(quarantined_now),
-            "delta_version": latest_version(session, lake.path("quarantine")),
+            "run_date": str(day),
+            "delta_version": versions["quarantine"],
             "path": dg.MetadataValue.path(lake.path("quarantine")),
         },
     )

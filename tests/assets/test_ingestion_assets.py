@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import dagster as dg
 from pyspark.sql import functions as F
 
@@ -45,6 +47,29 @@ def test_day_window_replaces_only_that_day(spark, ingested_lake):
     materialized = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("bronze_tables")}
     assert set(materialized) == {"entities", "relations", "events", "quarantine"}
     assert read_table(spark, events_path).where(F.col("event_date") > F.lit(RUN_DATE)).count() == 0
+
+
+def test_run_log_names_run_date_rows_and_delta_versions_and_reports_progress(spark, ingested_lake):
+    """The run's own event log (not the metadata alone) names, per table, the run date, the rows written and the
+    Delta version written, and the Spark steps log their progress (every 0.1 s here)."""
+    instance = dg.DagsterInstance.ephemeral()
+    config = {"ops": {"bronze_tables": {"config": {"window": "day", "progress_every_s": 0.1}}}}
+    result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=ingested_lake, run_config=config,
+                            instance=instance)
+    assert result.success
+    messages = [e.user_message for e in instance.all_logs(result.run_id)
+                if e.step_key == "bronze_tables" and e.user_message]
+    materialized = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("bronze_tables")}
+    for table in ("entities", "relations", "events", "quarantine"):
+        version = latest_version(spark, ingested_lake["lake"].path(table))
+        rows = materialized[table]["dagster/row_count"].value
+        lines = [m for m in messages if m.startswith(f"{table} for run date {RUN_DATE}: ")]
+        assert len(lines) == 1, (table, messages)
+        assert re.search(rf": {rows:,} rows .*, Delta version {version}$", lines[0]), lines[0]
+        assert materialized[table]["delta_version"].value == version
+        assert materialized[table]["run_date"].value == RUN_DATE
+    progress = [m for m in messages if re.match(r"bronze_tables: [\w ]+: \d+s, stage \d+: \d+/\d+ tasks", m)]
+    assert progress, messages
 
 
 def test_great_expectations_suites_run_as_blocking_checks(spark, ingested_lake):
