@@ -41,6 +41,7 @@ from assets.model_tracking import (
     resumable_run_id,
 )
 from assets.partitions import daily_partitions, run_date
+from assets.progress import spark_progress
 from hir_pipeline.contracts import DEFAULT_FUNNEL
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.settings import state_dir
@@ -126,6 +127,8 @@ class TrainingConfig(dg.Config):
     time_budget_s: float | None = Field(None, description="Stop after the epoch during which this many seconds "
                                         "of training have passed; the asset fails and the next run resumes.")
     keep_checkpoints: bool = Field(False, description="Keep the epoch checkpoints after a successful run.")
+    progress_every_s: float = Field(10.0, description="Interval of the Spark progress lines in the run log while "
+                                    "the graph is collected to the driver.")
 
     def to_model_config(self) -> ModelConfig:
         return ModelConfig(level_sizes=tuple(self.level_sizes), **{f: getattr(self, f) for f in MODEL_FIELDS})
@@ -235,10 +238,12 @@ def interest_model(
     versions = {table: version for table, (_, _, version) in frames.items()}
     context.log.info(f"Reading inputs of {day} at Delta versions {versions}")
     content = frames.get(CONTENT_TABLE, (None,))[0]
-    inputs = load_model_inputs(
-        frames["graph_nodes"][0], frames["graph_views"][0], content, frames["graph_edges"][0],
-        funnel=config.funnel, engagement_weights=config.engagement_weights, provenance={"delta_versions": versions},
-    )
+    with spark_progress(context, session, "interest_model: collect inputs", config.progress_every_s):
+        inputs = load_model_inputs(
+            frames["graph_nodes"][0], frames["graph_views"][0], content, frames["graph_edges"][0],
+            funnel=config.funnel, engagement_weights=config.engagement_weights,
+            provenance={"delta_versions": versions}, progress=context.log.info,
+        )
     collect_s = time.perf_counter() - t_start
     require_rows(inputs, versions, day, config.require_content)
     summary = inputs.summary()
@@ -312,7 +317,8 @@ def interest_model(
             out_versions[table] = latest_version(session, lake.path(table))
         mlf.set_tags({f"hir.output.{t}.delta_version": str(v) for t, v in out_versions.items()})
         context.log.info(f"Wrote {inputs.num_nodes:,} model_outputs and {sum(result.model_cfg.level_sizes):,} "
-                         f"model_hierarchy rows for {day} (model version {model_version})")
+                         f"model_hierarchy rows for run date {day} (model version {model_version}) at Delta "
+                         f"versions {out_versions}")
 
     if not config.keep_checkpoints:
         shutil.rmtree(ckpt, ignore_errors=True)

@@ -18,11 +18,15 @@ about 1.5 GB (content) + 3.4 GB (views) + 0.1 GB (pairs) + 1 GB of dicts and ids
 one Arrow batch at a time (one copy of a batch's buffers), so no single buffer has to hold a whole column.
 
 Nothing is collected that the model does not read: no degree maps, weights or entity text.
+
+:func:`load_model_inputs` reports each collected part (what, how much, how long) to an optional ``progress``
+callback (the asset passes ``context.log.info``; the Spark stages themselves are reported by the asset around it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -194,6 +198,7 @@ def load_model_inputs(
     engagement_weights: Sequence[float] | None = None,
     content_column: str = "embedding",
     provenance: dict[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ModelInputs:
     """Collect one graph (all frames of the same run date) into :class:`ModelInputs`.
 
@@ -207,14 +212,28 @@ def load_model_inputs(
             :func:`default_engagement_weights`.
         content_column: vector column of ``content_df``.
         provenance: stored on the result as is (e.g. the Delta versions that were read).
+        progress: called with one line per collected part (nodes, views, content, engagement pairs), e.g.
+            ``context.log.info``.
     """
     funnel = tuple(funnel)
     weights = default_engagement_weights(funnel) if engagement_weights is None else tuple(engagement_weights)
+    clock = time.perf_counter()
+
+    def done(what: str) -> None:
+        nonlocal clock
+        if progress is not None:
+            progress(f"collected {what} in {time.perf_counter() - clock:.1f}s")
+        clock = time.perf_counter()
+
     nodes = collect_nodes(nodes_df)
     n = len(nodes["entity_ids"])
+    done(f"{n:,} nodes")
     views = collect_views(views_df, n)
+    done(f"{len(views[VIEW_BROAD]):,} broad and {len(views[VIEW_NARROW]):,} narrow views")
     content, has_content = collect_content(content_df, nodes_df, n, content_column)
+    done(f"content vectors of {int(has_content.sum()):,} nodes (dim {content.shape[1]})")
     engagement = collect_engagement(edges_df, funnel, weights)
+    done(f"{len(engagement[0]):,} engagement pairs")
     # The model sees edge types only through the views: their largest id sizes the edge-type bias table.
     max_edge_type = max((int(v["edge_types"].max(initial=0)) for vs in views.values() for v in vs), default=0)
     return ModelInputs(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import sys
 
 import dagster as dg
@@ -72,10 +73,10 @@ def model_lake(spark, ingested_lake, tmp_path_factory):
         os.environ["HIR_STATE_DIR"] = before
 
 
-def _materialize(resources, **overrides):
+def _materialize(resources, instance: dg.DagsterInstance | None = None, **overrides):
     res = {k: resources[k] for k in ("spark", "lake", "mlflow")}
     return dg.materialize([interest_model], partition_key=RUN_DATE, resources=res,
-                          run_config=_run_config(**overrides), raise_on_error=False)
+                          run_config=_run_config(**overrides), raise_on_error=False, instance=instance)
 
 
 def _outputs(spark, resources, table="model_outputs"):
@@ -91,11 +92,14 @@ def _client(resources):
 
 @pytest.fixture(scope="module")
 def first_run(spark, model_lake):
-    result = _materialize(model_lake)
+    instance = dg.DagsterInstance.ephemeral()
+    result = _materialize(model_lake, instance=instance, progress_every_s=0.05)
     assert result.success
     meta = result.asset_materializations_for_node("interest_model")[0].metadata
     emb = {r.entity_id: np.asarray(r.embedding, dtype=np.float32) for r in _outputs(spark, model_lake).collect()}
-    return {"meta": {k: v.value for k, v in meta.items()}, "embeddings": emb}
+    log = [e.user_message for e in instance.all_logs(result.run_id)
+           if e.step_key == "interest_model" and e.user_message]
+    return {"meta": {k: v.value for k, v in meta.items()}, "embeddings": emb, "log": log}
 
 
 @pytest.mark.slow
@@ -143,6 +147,23 @@ def test_materialize_tracks_registers_and_writes_tables(spark, model_lake, first
     loaded = model.hierarchy.prototypes[1].detach()
     np.testing.assert_allclose((loaded / loaded.norm(dim=-1, keepdim=True)).numpy(),
                                np.asarray([r.prototype for r in level1]), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_run_log_reports_collection_training_and_delta_versions(first_run):
+    """The run's own event log: each collected part and the Spark stages while collecting (every 0.05 s here),
+    the trainer's steps (log_every=1), and the run date and Delta versions read and written."""
+    log, meta = first_run["log"], first_run["meta"]
+    collected = [m for m in log if m.startswith("collected ")]
+    assert [re.sub(r"[\d,]+", "N", m.split(" in ")[0]) for m in collected] == [
+        "collected N nodes", "collected N broad and N narrow views", "collected content vectors of N nodes (dim N)",
+        "collected N engagement pairs"], log
+    assert any(re.match(r"interest_model: collect inputs: \d+s, stage \d+: \d+/\d+ tasks", m) for m in log), log
+    assert any(re.match(r"epoch 0 step 1/\d+ loss", m) for m in log), "the trainer's step lines reach the run log"
+    assert any(m.startswith(f"Reading inputs of {RUN_DATE} at Delta versions {meta['input_delta_versions']}")
+               for m in log), log
+    assert any(f"for run date {RUN_DATE}" in m and m.endswith(f"at Delta versions {meta['output_delta_versions']}")
+               for m in log), log
 
 
 @pytest.mark.slow

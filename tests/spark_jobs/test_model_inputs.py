@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import sys
 
 import numpy as np
@@ -136,3 +137,13 @@ def test_inconsistent_tables_are_refused(graph):
         _load(graph, content=graph["content"].unionByName(graph["content"]))
     with pytest.raises(ValueError, match="dense"):
         _load(graph.copy() | {"nodes": graph["nodes"].unionByName(graph["nodes"])})
+
+
+def test_each_collected_part_is_reported_to_progress(graph):
+    lines: list[str] = []
+    inputs = _load(graph, progress=lines.append)
+    assert [line.split(" in ")[0] for line in lines] == [
+        "collected 12 nodes", "collected 12 broad and 12 narrow views",
+        f"collected content vectors of {len(graph['vectors'])} nodes (dim {DIM})", "collected 4 engagement pairs"]
+    assert all(re.search(r" in \d+\.\ds$", line) for line in lines), lines
+    assert inputs.num_nodes == 12
