@@ -177,6 +177,9 @@ def content_embeddings(
 
     written = read_table(session, path)
     stats = written.agg(F.count(F.lit(1)).alias("rows"), F.max(F.size("embedding")).alias("dim")).first()
+    version = latest_version(session, path)
+    context.log.info(f"content_embeddings for run date {day}: {int(stats['rows']):,} rows written in {write_s:.1f}s, "
+                     f"Delta version {version}")
     check = validate(quality_frame(written), "content_embeddings", quality_expectations(model_id))
     yield dg.MaterializeResult(metadata={
         "dagster/row_count": int(stats["rows"]),
@@ -194,7 +197,7 @@ def content_embeddings(
         "image_model": _model_name(config.image_model, embedding.image_model),
         "entities_per_s": round(embedded / embed_s, 2) if embedded and embed_s > 0 else 0.0,
         "stage_seconds": dg.MetadataValue.json({"embed": round(embed_s, 3), "write": round(write_s, 3)}),
-        "delta_version": latest_version(session, path),
+        "delta_version": version,
         "path": dg.MetadataValue.path(path),
     })
     yield dg.AssetCheckResult(check_name=CHECK_QUALITY, asset_key="content_embeddings", passed=check.passed,

@@ -38,8 +38,8 @@ def lake(ingested_lake, spark, tmp_path_factory) -> dict:
     return copy_lake(ingested_lake, spark, tmp_path_factory.mktemp("knowledge") / "lake")
 
 
-def materialize(resources: dict, **config) -> dg.ExecuteInProcessResult:
-    return dg.materialize([content_embeddings], partition_key=RUN_DATE, resources=resources,
+def materialize(resources: dict, instance: dg.DagsterInstance | None = None, **config) -> dg.ExecuteInProcessResult:
+    return dg.materialize([content_embeddings], partition_key=RUN_DATE, resources=resources, instance=instance,
                           run_config=dg.RunConfig(ops={"content_embeddings": {"config": config}}))
 
 
@@ -94,6 +94,16 @@ def test_second_run_over_unchanged_content_reembeds_nothing(spark, lake, tiny_mo
     assert meta["reused"] == len(before) == meta["dagster/row_count"]
     assert vectors(spark, lake) == before  # same vectors, same embedded_at_run: copied, not recomputed
     assert meta["delta_version"] > version
+
+
+def test_run_log_names_run_date_rows_and_delta_version(spark, lake, tiny_models, first):
+    instance = dg.DagsterInstance.ephemeral()
+    result = materialize(lake, instance=instance, **tiny(tiny_models))
+    log = [e.user_message for e in instance.all_logs(result.run_id) if e.step_key == "content_embeddings"]
+    meta = metadata(result)
+    assert meta["delta_version"] == latest_version(spark, lake["lake"].path("content_embeddings"))
+    line = f"content_embeddings for run date {RUN_DATE}: {meta['dagster/row_count']:,} rows written in "
+    assert [m for m in log if m.startswith(line) and m.endswith(f"s, Delta version {meta['delta_version']}")], log
 
 
 def test_model_change_reembeds_everything(spark, lake, tiny_models, first):
