@@ -2,7 +2,8 @@
 
 ``evaluation_report`` draws the evaluation split from the bronze events (:mod:`spark_jobs.evaluation_split`:
 per-user temporal hold-out, deep-funnel targets, a seeded share of cold items whose events never train),
-rebuilds the graph and its views from the training events only, trains HIR on it with the production settings
+rebuilds the graph and its views from the training events only (with the graph assets' settings: the shared
+``graph_settings`` resource), trains HIR on it with the production settings
 (the ``model_meta.json`` of the run date's training run when there is one, else this asset's ``training``
 config), and scores HIR and the baselines (popularity, ALS, LightGCN, content-only) on the same targets
 (:func:`spark_jobs.evaluation.evaluate_run`). Results go to
@@ -34,7 +35,6 @@ from assets.evaluation_tracking import (
     promote,
     training_run,
 )
-from assets.graph import GraphAssetConfig
 from assets.model import TrainingConfig, forward_training_logs
 from assets.partitions import daily_partitions, run_date
 from hir_pipeline.contracts import EVALUATION_METRICS_DDL
@@ -44,7 +44,7 @@ from hir_pipeline.evaluation.report import comparison_plot, comparison_table, pn
 from hir_pipeline.evaluation.runner import BASELINES, EvaluationSettings
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.settings import state_dir
-from resources import LakeResource, MLflowResource, SourceResource, SparkResource
+from resources import GraphSettingsResource, LakeResource, MLflowResource, SourceResource, SparkResource
 from spark_jobs.delta_io import latest_version, read_table, replace_where, table_exists
 from spark_jobs.evaluation import evaluate_run
 from spark_jobs.evaluation_data import DEFAULT_STAGE_WEIGHTS, read_ground_truth
@@ -81,8 +81,6 @@ class EvaluationConfig(dg.Config):
     lightgcn_lr: float = Field(_L.lr, description="LightGCN Adam learning rate.")
     seed: int = Field(0, description="Seed of the baselines (ALS init, LightGCN, validation split).")
     # -- the HIR model trained on the split
-    graph: GraphAssetConfig = Field(GraphAssetConfig(), description="Graph settings of the training graph (give "
-                                    "the graph assets' values).")
     training: TrainingConfig = Field(TrainingConfig(), description="HIR settings used when the run date has no "
                                      "training run to copy them from (or use_production_config is off).")
     use_production_config: bool = Field(True, description="Train with the model/train config logged by the run "
@@ -95,9 +93,10 @@ class EvaluationConfig(dg.Config):
     gate_tolerance: float = Field(0.05, description="The model becomes champion when its warm and cold Recall@k "
                                   "are >= (1 - tolerance) x the champion's (1.0 always promotes).")
 
-    def split_config(self) -> SplitConfig:
+    def split_config(self, funnel: tuple[str, ...]) -> SplitConfig:
+        """The split over ``funnel`` (the ``graph_settings`` resource's, so targets and graph share stages)."""
         return SplitConfig(holdout_fraction=self.holdout_fraction, cold_item_fraction=self.cold_item_fraction,
-                           funnel=tuple(self.graph.funnel), target_stage=self.target_stage,
+                           funnel=tuple(funnel), target_stage=self.target_stage,
                            min_target_users=self.min_target_users, seed=self.split_seed)
 
     def settings(self) -> EvaluationSettings:
@@ -151,10 +150,12 @@ def evaluation_report(
     lake: LakeResource,
     mlflow: MLflowResource,
     source: SourceResource,
+    graph_settings: GraphSettingsResource,
 ):
     from mlflow import MlflowClient
 
     day = run_date(context)
+    graph_cfg = graph_settings.graph_config()  # the graph assets' settings: a bad value fails before any work
     session = spark.get_session()
     experiment_id = mlflow.activate()
     client = MlflowClient()
@@ -183,7 +184,7 @@ def evaluation_report(
     with forward_training_logs(context), forward_training_logs(context, "hir_pipeline.evaluation"):
         outcome = evaluate_run(
             bronze["entities"], bronze["relations"], bronze["events"], content, day, ckpt,
-            split_config=config.split_config(), graph_config=config.graph.graph_config(), model_config=model_cfg,
+            split_config=config.split_config(graph_cfg.funnel), graph_config=graph_cfg, model_config=model_cfg,
             train_config=train_cfg, engagement_weights=config.training.engagement_weights,
             settings=config.settings(), stage_weights=config.stage_weights, truth=truth,
             progress=context.log.info)

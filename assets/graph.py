@@ -1,13 +1,15 @@
 """Graph: the typed, weighted, time-decayed interaction graph and its sampled training views (issue 3).
 
 ``graph_edges`` -> ``graph_nodes`` -> ``graph_views`` wrap :mod:`spark_jobs.graph`; each reads its inputs from
-the lake and writes one Delta table.
+the lake and writes one Delta table. All three read the graph settings from one resource, ``graph_settings``
+(:class:`resources.GraphSettingsResource`, shared with ``evaluation_report``), so their tables never disagree on
+them; only run behaviour (progress interval, incremental views) is per-asset run config.
 
 Snapshots. Every table keeps **one snapshot per run date**: it is Delta-partitioned by ``run_date`` and a run of
 date D replaces exactly the ``run_date = D`` partition (``replaceWhere``), so re-running D never duplicates and
 never touches other dates. Why keep old dates: the model of date D reads exactly D's graph, and the nightly
 increment of the views diffs D against the previous snapshot. Old snapshots are deterministic functions of the
-bronze tables and the config, so they may be deleted to save space (a metadata-only Delta ``DELETE WHERE
+bronze tables and the graph settings, so they may be deleted to save space (a metadata-only Delta ``DELETE WHERE
 run_date < ...``) and rebuilt by re-running their date.
 
 Edges and nodes are rebuilt in full every run: one more day of decay changes every activity weight anyway, and
@@ -23,13 +25,13 @@ from collections.abc import Callable, Iterator
 
 import dagster as dg
 from delta.tables import DeltaTable
+from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_progress
-from hir_pipeline.contracts import DEFAULT_FUNNEL
-from resources import LakeResource, SparkResource
+from resources import GraphSettingsResource, LakeResource, SparkResource
 from spark_jobs.delta_io import latest_version, read_table, table_exists
 from spark_jobs.graph import (
     GraphConfig,
@@ -49,54 +51,27 @@ CHECK_DANGLING = "no_dangling_edges"
 CHECK_ANCHOR = "every_view_holds_its_anchor"
 CHECK_DISTANCES = "distance_arrays_square_symmetric_zero_diagonal"
 
-_DEFAULT = GraphConfig()
 
-
-class GraphAssetConfig(dg.Config):
-    """Run config of the graph assets: the fields of :class:`spark_jobs.graph.GraphConfig`, plus run behaviour.
-
-    Give the three graph assets the same values (edges use the funnel, weights, half life and lookback; nodes the
-    funnel and buckets; views the fan-outs, caps, ``max_dist`` and seed).
+class GraphRunConfig(dg.Config):
+    """Run behaviour of ``graph_edges`` and ``graph_nodes`` (the graph settings are the ``graph_settings`` resource).
 
     Attributes:
-        funnel: event types, shallow to deep; an activity edge is typed by the deepest stage reached.
-        stage_weights: weight of one event of each funnel stage, aligned with ``funnel``.
-        half_life_days: half life of the exponential decay, counted from the run date.
-        lookback_days: only events of the last ``lookback_days`` days count; ``None``: no window (decay only).
-        broad_fanout: neighbours sampled per node at each hop of the broad (teacher) view.
-        narrow_fanout: same for the narrow (student) view.
-        max_dist: shortest-path distances are truncated here; unreachable pairs get ``max_dist + 1``.
-        max_view_nodes: hard cap on the nodes of one view (the view is then marked ``truncated``).
-        hub_cap: at most this many candidate neighbours of one node are considered when sampling from it.
-        centrality_buckets: number of weighted-degree quantile buckets in ``graph_nodes``.
-        seed: seed of every sampling decision.
-        incremental: ``graph_views`` recomputes only the anchors affected since the previous snapshot when that
-            is provably equivalent (see :func:`graph_views`); ``False`` always rebuilds every view.
         progress_every_s: interval of the Spark progress lines in the run log.
     """
 
-    funnel: list[str] = list(DEFAULT_FUNNEL)
-    stage_weights: list[float] = list(_DEFAULT.stage_weights)
-    half_life_days: float = _DEFAULT.half_life_days
-    lookback_days: int | None = _DEFAULT.lookback_days
-    broad_fanout: list[int] = list(_DEFAULT.broad_fanout)
-    narrow_fanout: list[int] = list(_DEFAULT.narrow_fanout)
-    max_dist: int = _DEFAULT.max_dist
-    max_view_nodes: int = _DEFAULT.max_view_nodes
-    hub_cap: int = _DEFAULT.hub_cap
-    centrality_buckets: int = _DEFAULT.centrality_buckets
-    seed: int = _DEFAULT.seed
-    incremental: bool = True
-    progress_every_s: float = 10.0
+    progress_every_s: float = Field(10.0, description="Interval of the Spark progress lines in the run log (s).")
 
-    def graph_config(self) -> GraphConfig:
-        """The Spark job's config (validated there: a bad value fails the run before any work)."""
-        return GraphConfig(
-            funnel=tuple(self.funnel), stage_weights=tuple(self.stage_weights), half_life_days=self.half_life_days,
-            lookback_days=self.lookback_days, broad_fanout=tuple(self.broad_fanout),
-            narrow_fanout=tuple(self.narrow_fanout), max_dist=self.max_dist, max_view_nodes=self.max_view_nodes,
-            hub_cap=self.hub_cap, centrality_buckets=self.centrality_buckets, seed=self.seed,
-        )
+
+class GraphViewsRunConfig(GraphRunConfig):
+    """Run behaviour of ``graph_views`` (the graph settings are the ``graph_settings`` resource).
+
+    Attributes:
+        incremental: recompute only the anchors affected since the previous snapshot when that is provably
+            equivalent (see :func:`graph_views`); ``False`` always rebuilds every view.
+    """
+
+    incremental: bool = Field(True, description="Recompute only the anchors affected since the previous snapshot "
+                              "when provably equivalent to a full rebuild; false: always rebuild every view.")
 
 
 def views_fingerprint(config: GraphConfig) -> str:
@@ -181,11 +156,16 @@ class _Stages:
         return dg.MetadataValue.json(self.seconds)
 
 
-def _table_metadata(session: SparkSession, path: str, day: dt.date, rows: int) -> dict:
+def _table_metadata(context: dg.AssetExecutionContext, session: SparkSession, path: str, day: dt.date,
+                    rows: int) -> dict:
+    """Row count, run date, Delta version and path of the snapshot just written; also said in the run log."""
+    version = latest_version(session, path)
+    context.log.info(f"{context.asset_key.to_user_string()}: wrote {rows:,} rows for {day}, Delta version {version}"
+                     f" ({path})")
     return {
         "dagster/row_count": rows,
         "run_date": str(day),
-        "delta_version": latest_version(session, path),
+        "delta_version": version,
         "path": dg.MetadataValue.path(path),
     }
 
@@ -212,9 +192,13 @@ def _check(name: str, asset: str, result: checks.CheckResult, day: dt.date) -> d
     description="Typed, funnel-weighted, time-decayed symmetric edges as of the run date (one snapshot per date).",
 )
 def graph_edges(
-    context: dg.AssetExecutionContext, config: GraphAssetConfig, spark: SparkResource, lake: LakeResource
+    context: dg.AssetExecutionContext,
+    config: GraphRunConfig,
+    spark: SparkResource,
+    lake: LakeResource,
+    graph_settings: GraphSettingsResource,
 ) -> Iterator:
-    day, session, cfg = run_date(context), spark.get_session(), config.graph_config()
+    day, session, cfg = run_date(context), spark.get_session(), graph_settings.graph_config()
     stages = _Stages(context, session, config.progress_every_s)
     path = lake.path("graph_edges")
     bronze = {t: read_table(session, lake.path(t)) for t in ("entities", "relations", "events")}
@@ -224,7 +208,7 @@ def graph_edges(
     by_type = {r["edge_type"]: int(r["count"]) for r in written.groupBy("edge_type").count().collect()}
     result = stages.run("check", lambda: checks.check_weights_finite_positive(written))
     yield dg.MaterializeResult(metadata={
-        **_table_metadata(session, path, day, sum(by_type.values())),
+        **_table_metadata(context, session, path, day, sum(by_type.values())),
         "edges_by_type": dg.MetadataValue.json(dict(sorted(by_type.items()))),
         "stage_seconds": stages.metadata(),
     })
@@ -242,9 +226,13 @@ def graph_edges(
     description="Every entity with its dense node_idx, degrees and centrality bucket (one snapshot per date).",
 )
 def graph_nodes(
-    context: dg.AssetExecutionContext, config: GraphAssetConfig, spark: SparkResource, lake: LakeResource
+    context: dg.AssetExecutionContext,
+    config: GraphRunConfig,
+    spark: SparkResource,
+    lake: LakeResource,
+    graph_settings: GraphSettingsResource,
 ) -> Iterator:
-    day, session, cfg = run_date(context), spark.get_session(), config.graph_config()
+    day, session, cfg = run_date(context), spark.get_session(), graph_settings.graph_config()
     stages = _Stages(context, session, config.progress_every_s)
     path = lake.path("graph_nodes")
     edges = require_snapshot(session, lake, "graph_edges", day)
@@ -260,7 +248,7 @@ def graph_nodes(
     by_type = {r["entity_type"]: int(r["count"]) for r in written.groupBy("entity_type").count().collect()}
     result = stages.run("check", lambda: checks.check_no_dangling_edges(written, edges))
     yield dg.MaterializeResult(metadata={
-        **_table_metadata(session, path, day, int(stats["rows"])),
+        **_table_metadata(context, session, path, day, int(stats["rows"])),
         "nodes_by_type": dg.MetadataValue.json(dict(sorted(by_type.items()))),
         "isolated_nodes": int(stats["isolated"]),
         "nodes_with_history": int(stats["with_history"]),
@@ -322,7 +310,11 @@ def increment_blocker(session: SparkSession, lake: LakeResource, prev: dt.date, 
                 "distances and edge types as small-integer arrays (one snapshot per date).",
 )
 def graph_views(
-    context: dg.AssetExecutionContext, config: GraphAssetConfig, spark: SparkResource, lake: LakeResource
+    context: dg.AssetExecutionContext,
+    config: GraphViewsRunConfig,
+    spark: SparkResource,
+    lake: LakeResource,
+    graph_settings: GraphSettingsResource,
 ) -> Iterator:
     """Views of every node of the run date; incremental when a previous snapshot allows it.
 
@@ -334,7 +326,7 @@ def graph_views(
     edge-type ids or other entity types (:func:`increment_blocker`). Metadata says which, and how many anchors
     were recomputed vs reused.
     """
-    day, session, cfg = run_date(context), spark.get_session(), config.graph_config()
+    day, session, cfg = run_date(context), spark.get_session(), graph_settings.graph_config()
     stages = _Stages(context, session, config.progress_every_s)
     path = lake.path("graph_views")
     nodes = require_snapshot(session, lake, "graph_nodes", day).persist()
@@ -377,7 +369,7 @@ def graph_views(
     nodes.unpersist()
     edges.unpersist()
     yield dg.MaterializeResult(metadata={
-        **_table_metadata(session, path, day, int(stats["rows"])),
+        **_table_metadata(context, session, path, day, int(stats["rows"])),
         "mode": mode,
         **extra,
         "anchors": n_anchors,

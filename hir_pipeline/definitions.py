@@ -16,13 +16,15 @@ from hir_pipeline.settings import (
     default_mlflow_tracking_uri,
     default_spark_master,
 )
-from resources import LakeResource, MLflowResource, SourceResource, SparkResource
+from resources import GraphSettingsResource, LakeResource, MLflowResource, SourceResource, SparkResource
 
 NIGHTLY_JOB = "hir_nightly"
 
 
 def default_resources(lake_root: str | None = None, source: str | None = None) -> dict[str, dg.ConfigurableResource]:
-    """Embedded defaults (local Spark, a local lake, SQLite MLflow), each overridable by environment.
+    """Embedded defaults (local Spark, a local lake, SQLite MLflow, the default graph settings).
+
+    Each is overridable by environment where it says so, and by the ``resources:`` section of a run config.
 
     Args:
         lake_root: Delta lake root; default ``HIR_LAKE`` or ``.hir/lake``.
@@ -37,6 +39,8 @@ def default_resources(lake_root: str | None = None, source: str | None = None) -
             tracking_uri=default_mlflow_tracking_uri(), artifact_location=default_mlflow_artifact_root()
         ),
         "source": SourceResource(location=source or os.environ.get("HIR_SOURCE", "movielens")),
+        # one set of graph settings for graph_edges, graph_nodes, graph_views and evaluation_report
+        "graph_settings": GraphSettingsResource(),
     }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from resources import LakeResource, MLflowResource, SourceResource, SparkResource
+from resources import GraphSettingsResource, LakeResource, MLflowResource, SourceResource, SparkResource
 from spark_jobs.sources.synthetic import SyntheticConfig, write_synthetic_source
 
 #: Small enough for seconds-long Spark jobs, big enough for every entity type and funnel stage.
@@ -29,8 +29,12 @@ def tiny_source(spark, tmp_path_factory) -> Path:
     return out
 
 
-def make_resources(spark, lake_root: Path, source: str | Path, mlflow_dir: Path | None = None) -> dict:
-    """Real resources over a temporary lake; the Spark resource reuses the test session."""
+def make_resources(spark, lake_root: Path, source: str | Path, mlflow_dir: Path | None = None,
+                   graph: GraphSettingsResource | None = None) -> dict:
+    """Real resources over a temporary lake; the Spark resource reuses the test session.
+
+    ``graph``: the graph settings (default: the production defaults).
+    """
     mlflow_dir = mlflow_dir or lake_root.parent / "mlflow"
     mlflow_dir.mkdir(parents=True, exist_ok=True)
     return {
@@ -39,6 +43,7 @@ def make_resources(spark, lake_root: Path, source: str | Path, mlflow_dir: Path 
         "mlflow": MLflowResource(tracking_uri=f"sqlite:///{mlflow_dir / 'mlflow.db'}",
                                  artifact_location=(mlflow_dir / "artifacts").as_uri()),
         "source": SourceResource(location=str(source)),
+        "graph_settings": graph or GraphSettingsResource(),
     }
 
 

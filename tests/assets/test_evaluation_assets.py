@@ -21,17 +21,19 @@ from assets.evaluation import GATE_CHECK, evaluation_report  # noqa: E402
 from assets.evaluation_tracking import CHAMPION_ALIAS, metric_name  # noqa: E402
 from assets.model_tracking import TAG_MODEL_VERSION, TAG_RUN_DATE  # noqa: E402
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES  # noqa: E402
+from resources import GraphSettingsResource  # noqa: E402
 from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
 from spark_jobs.delta_io import read_table  # noqa: E402
 from tests.assets.conftest import RUN_DATE, make_resources  # noqa: E402
 
 pytestmark = pytest.mark.slow
 DAY = dt.date.fromisoformat(RUN_DATE)
+#: The training graph's settings: the graph_settings resource the graph assets share.
+GRAPH_SETTINGS = GraphSettingsResource(broad_fanout=[6, 2], narrow_fanout=[4], max_view_nodes=20, max_dist=3, seed=1)
 CONFIG = {
     "min_target_users": 5, "baselines": ["popularity", "als", "lightgcn", "content"],
     "als_factors": [8], "als_regularization": [0.1], "als_alpha": [1.0], "als_iterations": 5,
     "lightgcn_dim": 8, "lightgcn_layers": 1, "lightgcn_epochs": 2,
-    "graph": {"broad_fanout": [6, 2], "narrow_fanout": [4], "max_view_nodes": 20, "max_dist": 3, "seed": 1},
     "training": {"level_sizes": [2, 4, 8], "hidden_dim": 16, "num_layers": 1, "num_heads": 2, "out_dim": 8,
                  "id_buckets": 256, "max_dist": 3, "epochs": 1, "batch_size": 256, "engagement_batch_size": 64,
                  "warmup_steps": 1, "pad_to": 64, "device": "cpu", "attn_block_size": 64},
@@ -44,7 +46,7 @@ def eval_lake(spark, ingested_lake, tiny_source, tmp_path_factory):
     and a champion (version 1) with high figures in a fresh MLflow store; HIR_STATE_DIR in a temp folder."""
     root = tmp_path_factory.mktemp("evaluation") / "lake"
     shutil.copytree(ingested_lake["lake"].root, root)
-    resources = make_resources(spark, root, tiny_source)
+    resources = make_resources(spark, root, tiny_source, graph=GRAPH_SETTINGS)
     ents = read_table(spark, resources["lake"].path("entities"))
     content_ents = sorted(tuple(r) for r in ents.where(F.col("entity_type").isin(*CONTENT_ENTITY_TYPES))
                           .select("entity_id", "entity_type").collect())
@@ -80,7 +82,7 @@ def eval_lake(spark, ingested_lake, tiny_source, tmp_path_factory):
 
 
 def _materialize(resources, **overrides):
-    res = {k: resources[k] for k in ("spark", "lake", "mlflow", "source")}
+    res = {k: resources[k] for k in ("spark", "lake", "mlflow", "source", "graph_settings")}
     return dg.materialize([evaluation_report], partition_key=RUN_DATE, resources=res, raise_on_error=False,
                           run_config=dg.RunConfig(ops={"evaluation_report": {"config": {**CONFIG, **overrides}}}))
 

@@ -16,7 +16,6 @@ from assets.graph import (
     CHECK_DANGLING,
     CHECK_DISTANCES,
     CHECK_WEIGHTS,
-    GraphAssetConfig,
     graph_edges,
     graph_nodes,
     graph_views,
@@ -24,6 +23,7 @@ from assets.graph import (
 )
 from assets.graph import snapshot as graph_snapshot
 from hir_pipeline.contracts import EVENT_DATE_COLUMN
+from resources import GraphSettingsResource
 from spark_jobs.delta_io import latest_version, read_table
 from tests.assets.conftest import RUN_DATE, make_resources
 
@@ -37,22 +37,25 @@ NEXT_DATE = (dt.date.fromisoformat(RUN_DATE) + dt.timedelta(days=1)).isoformat()
 #: would recompute almost everything and prove little.
 GRAPH_CONFIG = {"broad_fanout": [6, 3], "narrow_fanout": [4], "max_view_nodes": 24, "hub_cap": 12, "seed": 3,
                 "half_life_days": 1e12}
+GRAPH_SETTINGS = GraphSettingsResource(**GRAPH_CONFIG)
 
 
-def run_config(assets, **overrides) -> dg.RunConfig:
-    cfg = {"config": {**GRAPH_CONFIG, **overrides}}
-    return dg.RunConfig(ops={a.key.path[-1]: cfg for a in assets})
+def run_config(assets, incremental: bool = True) -> dg.RunConfig:
+    """Run behaviour only (the graph settings are the ``graph_settings`` resource)."""
+    names = {a.key.path[-1] for a in assets}
+    return dg.RunConfig(ops={"graph_views": {"config": {"incremental": incremental}}} if "graph_views" in names else {})
 
 
 def copy_lake(resources: dict, spark, dest: Path) -> dict:
     """A private copy of a lake (Delta logs hold relative paths), so tests never change a shared one."""
     shutil.copytree(resources["lake"].root, dest)
-    return make_resources(spark, dest, resources["source"].location, dest.parent / "mlflow")
+    return make_resources(spark, dest, resources["source"].location, dest.parent / "mlflow", graph=GRAPH_SETTINGS)
 
 
-def materialize(resources: dict, partition: str, assets=GRAPH_ASSETS, **overrides) -> dg.ExecuteInProcessResult:
-    return dg.materialize(assets, partition_key=partition, resources=resources,
-                          run_config=run_config(assets, **overrides), raise_on_error=False)
+def materialize(resources: dict, partition: str, assets=GRAPH_ASSETS, instance: dg.DagsterInstance | None = None,
+                **run) -> dg.ExecuteInProcessResult:
+    return dg.materialize(assets, partition_key=partition, resources=resources, instance=instance,
+                          run_config=run_config(assets, **run), raise_on_error=False)
 
 
 def metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict:
@@ -74,7 +77,10 @@ def view_rows(spark, resources: dict, day: str) -> list[tuple]:
 def built(ingested_lake, spark, tmp_path_factory) -> SimpleNamespace:
     """The ingested lake, copied, with the graph of RUN_DATE built once (full build: no earlier snapshot)."""
     resources = copy_lake(ingested_lake, spark, tmp_path_factory.mktemp("graph") / "lake")
-    return SimpleNamespace(resources=resources, result=materialize(resources, RUN_DATE))
+    instance = dg.DagsterInstance.ephemeral()
+    result = materialize(resources, RUN_DATE, instance=instance)
+    logs = [e.user_message for e in instance.all_logs(result.run_id) if e.user_message]
+    return SimpleNamespace(resources=resources, result=result, logs=logs)
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +103,14 @@ def test_full_build_writes_tables_and_checks_pass(spark, lake, built):
         assert meta["dagster/row_count"] == counts[table]
         assert meta["delta_version"] == latest_version(spark, lake["lake"].path(table))
         assert meta["run_date"] == RUN_DATE and set(meta["stage_seconds"])
+        # the run log says the same: rows written and the Delta version, per table
+        said = f"{table}: wrote {counts[table]:,} rows for {RUN_DATE}, Delta version {meta['delta_version']}"
+        assert any(m.startswith(said) for m in built.logs), f"no log line {said!r}"
     views = metadata(result, "graph_views")
     assert views["mode"] == "full" and views["recomputed_anchors"] == entities and views["reused_anchors"] == 0
     assert "no earlier snapshot" in views["full_build_reason"]
+    # the view settings are the graph_settings resource's (no run config carries them any more)
+    assert views["caps"] == {"hub_cap": 12, "max_view_nodes": 24, "broad_fanout": [6, 3], "narrow_fanout": [4]}
 
 
 def _add_next_day_events(spark, resources: dict, user: str, entity: str) -> None:
@@ -154,12 +165,12 @@ def test_rerun_of_a_date_replaces_it_and_equals_a_full_build(spark, next_day):
 def test_other_view_settings_block_the_increment(spark, next_day):
     lake, day, prev = next_day.resources["lake"], dt.date.fromisoformat(NEXT_DATE), dt.date.fromisoformat(RUN_DATE)
     nodes, edges = (graph_snapshot(spark, lake.path(t), day) for t in ("graph_nodes", "graph_edges"))
-    same = GraphAssetConfig(**GRAPH_CONFIG).graph_config()
+    same = GRAPH_SETTINGS.graph_config()
     assert increment_blocker(spark, lake, prev, day, same, nodes, edges) is None
-    reseeded = GraphAssetConfig(**{**GRAPH_CONFIG, "seed": 4}).graph_config()
+    reseeded = GraphSettingsResource(**{**GRAPH_CONFIG, "seed": 4}).graph_config()
     assert "view settings" in increment_blocker(spark, lake, prev, day, reseeded, nodes, edges)
     # Edge-level settings do not block: their effect is in the edges, which the increment diffs.
-    faster_decay = GraphAssetConfig(**{**GRAPH_CONFIG, "half_life_days": 7.0}).graph_config()
+    faster_decay = GraphSettingsResource(**{**GRAPH_CONFIG, "half_life_days": 7.0}).graph_config()
     assert increment_blocker(spark, lake, prev, day, faster_decay, nodes, edges) is None
 
 

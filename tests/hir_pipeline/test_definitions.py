@@ -6,6 +6,7 @@ import datetime as dt
 import warnings
 
 import dagster as dg
+import pytest
 
 from assets.partitions import daily_partitions
 from hir_pipeline.definitions import NIGHTLY_JOB, build_definitions, defs
@@ -34,6 +35,23 @@ def test_nightly_schedule_runs_yesterdays_partition():
     with dg.build_schedule_context(scheduled_execution_time=tick) as context:
         requests = schedule.evaluate_tick(context).run_requests
     assert [r.partition_key for r in requests] == ["2026-12-02"]
+
+
+GRAPH_USERS = ("graph_edges", "graph_nodes", "graph_views", "evaluation_report")
+
+
+def test_graph_settings_are_one_resource_shared_by_the_graph_assets_and_the_evaluation():
+    for name in GRAPH_USERS:
+        assert "graph_settings" in defs.get_assets_def(dg.AssetKey(name)).required_resource_keys, name
+    job = defs.get_job_def(NIGHTLY_JOB)
+    override = {"resources": {"graph_settings": {"config": {"half_life_days": 7.0, "broad_fanout": [8, 2]}}},
+                "ops": {"graph_views": {"config": {"incremental": False}}}}
+    assert dg.validate_run_config(job, override)
+    # the old per-asset graph settings are rejected, not silently ignored
+    for stale in ({"graph_edges": {"config": {"seed": 1}}},
+                  {"evaluation_report": {"config": {"graph": {"seed": 1}}}}):
+        with pytest.raises(dg.DagsterInvalidConfigError):
+            dg.validate_run_config(job, {"ops": stale})
 
 
 def test_definitions_use_no_deprecated_dagster_api():

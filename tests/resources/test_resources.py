@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from resources import LakeResource, MLflowResource, SparkResource
+from resources import GraphSettingsResource, LakeResource, MLflowResource, SparkResource
 
 
 def test_spark_resource_reuses_the_process_session_and_speaks_delta(spark, tmp_path):
@@ -36,3 +36,19 @@ def test_mlflow_resource_creates_and_reuses_the_experiment(tmp_path):
         mlflow.log_metric("m", 1.0)
     stored = mlflow.get_run(run.info.run_id)
     assert stored.info.experiment_id == first and stored.data.metrics == {"m": 1.0}
+
+
+def test_graph_settings_resource_is_the_graph_config_with_its_defaults():
+    from spark_jobs.graph import GraphConfig
+
+    assert GraphSettingsResource().graph_config() == GraphConfig()
+    custom = GraphSettingsResource(broad_fanout=[6, 2], narrow_fanout=[4], half_life_days=7.0, lookback_days=90,
+                                   seed=3).graph_config()
+    assert (custom.broad_fanout, custom.narrow_fanout, custom.half_life_days, custom.lookback_days, custom.seed) == (
+        (6, 2), (4,), 7.0, 90, 3)
+    # every field is documented (the launchpad shows it) and maps onto a GraphConfig field
+    fields = GraphSettingsResource.model_fields
+    assert set(fields) == set(GraphConfig.__dataclass_fields__)
+    assert all(f.description for f in fields.values())
+    with pytest.raises(ValueError, match="stage_weights has 3 entries"):
+        GraphSettingsResource(stage_weights=[1.0, 2.0, 3.0]).graph_config()
