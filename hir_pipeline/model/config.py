@@ -41,6 +41,13 @@ class ModelConfig:
         sinkhorn_iters: Sinkhorn-Knopp iterations when ``teacher_target == "sinkhorn"``.
         engagement_temp: temperature of the engagement InfoNCE loss.
         engagement_weight: weight of the engagement loss relative to the summed DINO losses.
+        engagement_logq: subtract ``log`` of each node's in-batch sampling probability from the engagement
+            logits (sampling-bias correction, Yi et al. 2019): in-batch negatives are drawn in proportion to
+            popularity, so without it the loss pushes popular items down; with it, it estimates the full softmax.
+        distillation_weight: weight of the summed DINO losses (0 = no self-distillation, an ablation).
+        use_content: feed the pretrained content embeddings (``False`` = structure and IDs only, an ablation).
+        structural_bias: learned distance / type-pair / edge-type attention biases (``False`` = plain attention
+            restricted to each view, an ablation).
         dropout: dropout on attention output and feed-forward.
         node_dropout: probability of removing a non-anchor node from the student view.
         edge_dropout: probability of hiding a direct edge (its type) in the student view.
@@ -69,6 +76,10 @@ class ModelConfig:
     sinkhorn_iters: int = 3
     engagement_temp: float = 0.1
     engagement_weight: float = 1.0
+    engagement_logq: bool = True
+    distillation_weight: float = 1.0
+    use_content: bool = True
+    structural_bias: bool = True
     dropout: float = 0.1
     node_dropout: float = 0.1
     edge_dropout: float = 0.1

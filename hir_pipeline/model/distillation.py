@@ -99,6 +99,8 @@ def engagement_infonce(
     temperature: float = 0.1,
     user_ids: Tensor | None = None,
     item_ids: Tensor | None = None,
+    user_log_q: Tensor | None = None,
+    item_log_q: Tensor | None = None,
 ) -> Tensor:
     """Symmetric in-batch-negatives InfoNCE over engaged (user, item) pairs, weighted by funnel depth.
 
@@ -111,8 +113,17 @@ def engagement_infonce(
         weight: ``[P]`` pair weights (deeper funnel stage = larger).
         temperature: softmax temperature.
         user_ids, item_ids: optional ``[P]`` node ids for masking duplicate false negatives.
+        user_log_q, item_log_q: optional ``[P]`` log-probabilities that the row's user (item) is drawn into a
+            batch; subtracted from the logits of that candidate (logQ correction, Yi et al. 2019, "Sampling-Bias-
+            Corrected Neural Modeling for Large Corpus Item Recommendations"), so that popular candidates, which
+            are in-batch negatives more often, are not pushed down for it.
     """
     logits = user_emb @ item_emb.t() / temperature
+    logits_i = logits.t()
+    if item_log_q is not None:
+        logits = logits - item_log_q.to(logits.dtype)[None, :]
+    if user_log_q is not None:
+        logits_i = logits_i - user_log_q.to(logits.dtype)[None, :]
     p = logits.shape[0]
     eye = torch.eye(p, dtype=torch.bool, device=logits.device)
     if item_ids is not None:
@@ -120,7 +131,6 @@ def engagement_infonce(
         logits_u = logits.masked_fill(dup_items, float("-inf"))
     else:
         logits_u = logits
-    logits_i = logits.t()
     if user_ids is not None:
         dup_users = (user_ids[None, :] == user_ids[:, None]) & ~eye
         logits_i = logits_i.masked_fill(dup_users, float("-inf"))

@@ -34,7 +34,8 @@ class NodeInputEmbedding(nn.Module):
         self.type_emb = nn.Embedding(cfg.num_node_types, cfg.hidden_dim)
         self.degree_emb = nn.Embedding(cfg.degree_buckets, cfg.hidden_dim)
         self.id_emb = nn.Embedding(cfg.id_buckets, cfg.hidden_dim)
-        self.content_proj = nn.Linear(cfg.content_dim, cfg.hidden_dim) if cfg.content_dim > 0 else None
+        use = cfg.use_content and cfg.content_dim > 0
+        self.content_proj = nn.Linear(cfg.content_dim, cfg.hidden_dim) if use else None
         nn.init.normal_(self.id_emb.weight, std=0.02)
 
     def forward(self, node_idx: Tensor, feats: NodeFeatures) -> Tensor:
@@ -61,12 +62,12 @@ class StructuralSelfAttention(nn.Module):
         h = cfg.num_heads
         self.qkv = nn.Linear(cfg.hidden_dim, 3 * cfg.hidden_dim)
         self.out = nn.Linear(cfg.hidden_dim, cfg.hidden_dim)
-        self.dist_bias = nn.Parameter(torch.zeros(h, cfg.max_dist + 2))
-        self.type_pair_bias = nn.Parameter(torch.zeros(h, cfg.num_node_types ** 2))
-        self.edge_bias = nn.Parameter(torch.zeros(h, cfg.num_edge_types + 1))
-        # Start with "closer is more relevant" so structure matters from step one.
-        with torch.no_grad():
-            self.dist_bias.copy_(-0.5 * torch.arange(cfg.max_dist + 2, dtype=torch.float32).expand(h, -1))
+        self.dist_bias = nn.Parameter(torch.zeros(h, cfg.max_dist + 2), requires_grad=cfg.structural_bias)
+        self.type_pair_bias = nn.Parameter(torch.zeros(h, cfg.num_node_types ** 2), requires_grad=cfg.structural_bias)
+        self.edge_bias = nn.Parameter(torch.zeros(h, cfg.num_edge_types + 1), requires_grad=cfg.structural_bias)
+        if cfg.structural_bias:  # start with "closer is more relevant" so structure matters from step one
+            with torch.no_grad():
+                self.dist_bias.copy_(-0.5 * torch.arange(cfg.max_dist + 2, dtype=torch.float32).expand(h, -1))
 
     def tables(self) -> BiasTables:
         return BiasTables(self.dist_bias, self.type_pair_bias, self.edge_bias)

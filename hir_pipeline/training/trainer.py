@@ -94,6 +94,7 @@ class Trainer:
             raise ValueError("no anchor has both a broad and a narrow view")
         self.on_epoch_end = on_epoch_end
         self.pairs = self._usable_pairs(engagement)
+        self.user_log_q, self.item_log_q = self._sampling_log_q()
         self.use_bf16 = bool(train_cfg.bf16 and self.device.type == "cuda" and torch.cuda.is_bf16_supported())
 
         torch.manual_seed(train_cfg.seed)
@@ -125,6 +126,18 @@ class Trainer:
         if not ok.any():
             return None
         return users[ok].astype(np.int64), items[ok].astype(np.int64), weight[ok].astype(np.float32)
+
+    def _sampling_log_q(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Per node, ``log`` of its share of the engagement pairs: the probability that a uniformly drawn pair
+        holds it as user (item), i.e. how often it is an in-batch candidate (for the logQ correction)."""
+        if self.pairs is None or not self.model_cfg.engagement_logq:
+            return None, None
+        n = self.features.num_nodes
+        out = []
+        for ids in self.pairs[:2]:
+            share = np.bincount(ids, minlength=n).astype(np.float64) / len(ids)
+            out.append(torch.as_tensor(np.log(np.maximum(share, 1e-12)), dtype=torch.float32, device=self.device))
+        return out[0], out[1]
 
     # -- schedules -----------------------------------------------------------------------------------------
     def lr_at(self, step: int) -> float:
@@ -225,15 +238,17 @@ class Trainer:
             s_out = self.student(s_batch, self.features)
         s_logits = [lg[:n_anchor] for lg in s_out.logits]
         dino, per_level = self.loss_fn(s_logits, t_out.logits)
-        loss = dino
+        loss = mc.distillation_weight * dino
         eng = torch.zeros((), device=self.device)
         if pair_idx is not None:
             p = len(pair_idx)
             emb = s_out.embedding
+            u_ids, i_ids = torch.as_tensor(users, device=self.device), torch.as_tensor(items, device=self.device)
             eng = engagement_infonce(
                 emb[n_anchor:n_anchor + p], emb[n_anchor + p:], torch.as_tensor(weight, device=self.device),
-                mc.engagement_temp, torch.as_tensor(users, device=self.device),
-                torch.as_tensor(items, device=self.device),
+                mc.engagement_temp, u_ids, i_ids,
+                None if self.user_log_q is None else self.user_log_q[u_ids],
+                None if self.item_log_q is None else self.item_log_q[i_ids],
             )
             loss = loss + mc.engagement_weight * eng
         self.optimizer.zero_grad(set_to_none=True)

@@ -43,7 +43,7 @@ GRAPH_USERS = ("graph_edges", "graph_nodes", "graph_views", "evaluation_report")
 def test_graph_settings_are_one_resource_shared_by_the_graph_assets_and_the_evaluation():
     for name in GRAPH_USERS:
         assert "graph_settings" in defs.get_assets_def(dg.AssetKey(name)).required_resource_keys, name
-    job = defs.get_job_def(NIGHTLY_JOB)
+    job = defs.resolve_job_def(NIGHTLY_JOB)
     override = {"resources": {"graph_settings": {"config": {"half_life_days": 7.0, "broad_fanout": [8, 2]}}},
                 "ops": {"graph_views": {"config": {"incremental": False}}}}
     assert dg.validate_run_config(job, override)

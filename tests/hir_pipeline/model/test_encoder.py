@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -82,3 +84,23 @@ def test_id_embedding_only_for_nodes_with_history():
             other.id_bucket[node] = (other.id_bucket[node] + 1) % CFG.id_buckets
             out = model(batch, other).embedding
             assert torch.allclose(out[node], base[node]) != expect_change
+
+
+def test_ablation_switches_remove_content_and_structural_bias():
+    feats, views = _graph()
+    batch = pack_views(views, pad_to=16, max_dist=CFG.max_dist)
+    torch.manual_seed(0)
+    no_content = HIRModel(dataclasses.replace(CFG, use_content=False)).eval()
+    assert no_content.encoder.embed.content_proj is None
+    changed = dataclasses.replace(feats, content=feats.content + 1.0)
+    torch.testing.assert_close(no_content(batch, feats).embedding, no_content(batch, changed).embedding)
+
+    plain = HIRModel(dataclasses.replace(CFG, structural_bias=False)).eval()
+    attn = plain.encoder.layers[0].attn
+    assert not attn.dist_bias.requires_grad and float(attn.dist_bias.abs().sum()) == 0.0
+    far = [{**v, "dist": bytes(len(v["dist"]))} for v in views]  # every distance -> 0
+    torch.testing.assert_close(plain(batch, feats).embedding,
+                               plain(pack_views(far, pad_to=16, max_dist=CFG.max_dist), feats).embedding)
+    biased = HIRModel(CFG).eval()
+    assert not torch.allclose(biased(batch, feats).embedding,
+                              biased(pack_views(far, pad_to=16, max_dist=CFG.max_dist), feats).embedding)

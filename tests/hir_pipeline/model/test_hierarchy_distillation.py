@@ -90,3 +90,18 @@ def test_engagement_infonce_prefers_aligned_pairs_and_weights():
     masked = engagement_infonce(users, dup, torch.ones(6), 0.1, item_ids=ids, user_ids=torch.arange(6))
     unmasked = engagement_infonce(users, dup, torch.ones(6), 0.1)
     assert masked < unmasked
+
+
+def test_engagement_logq_correction_stops_penalising_popular_candidates():
+    g = torch.Generator().manual_seed(1)
+    users = nn.functional.normalize(torch.randn(8, 4, generator=g), dim=-1)
+    items = nn.functional.normalize(users + 0.3 * torch.randn(8, 4, generator=g), dim=-1)
+    ones = torch.ones(8)
+    uniform = torch.full((8,), -2.0)  # equal sampling probabilities shift every logit alike: no change
+    torch.testing.assert_close(engagement_infonce(users, items, ones, 0.1),
+                               engagement_infonce(users, items, ones, 0.1, user_log_q=uniform, item_log_q=uniform))
+    # item 0 is very popular: as a negative it is corrected down, so the other pairs' loss drops
+    pop = torch.tensor([0.0, -5, -5, -5, -5, -5, -5, -5])
+    plain = engagement_infonce(users, items, torch.tensor([0.0, 1, 1, 1, 1, 1, 1, 1]), 0.1)
+    corrected = engagement_infonce(users, items, torch.tensor([0.0, 1, 1, 1, 1, 1, 1, 1]), 0.1, item_log_q=pop)
+    assert corrected < plain
