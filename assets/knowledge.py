@@ -174,6 +174,7 @@ def content_embeddings(
         # planned against, and the overwrite only marks those files removed.
         snapshot.write.format("delta").mode("overwrite").save(path)
     write_s = time.perf_counter() - start
+    snapshot.unpersist()
 
     written = read_table(session, path)
     stats = written.agg(F.count(F.lit(1)).alias("rows"), F.max(F.size("embedding")).alias("dim")).first()

@@ -59,7 +59,8 @@ _M, _T = ModelConfig(), TrainConfig()
 #: TrainingConfig fields passed to ModelConfig / TrainConfig unchanged.
 MODEL_FIELDS = ("hidden_dim", "num_layers", "num_heads", "mlp_ratio", "out_dim", "id_buckets", "max_dist",
                 "num_edge_types", "student_temp", "teacher_temp", "center_momentum", "teacher_target",
-                "sinkhorn_iters", "engagement_temp", "engagement_weight", "dropout", "node_dropout", "edge_dropout",
+                "sinkhorn_iters", "engagement_temp", "engagement_weight", "engagement_logq",
+                "distillation_weight", "use_content", "structural_bias", "dropout", "node_dropout", "edge_dropout",
                 "attn_block_size", "attention_backend")
 TRAIN_FIELDS = ("epochs", "batch_size", "engagement_batch_size", "lr", "min_lr", "warmup_steps", "weight_decay",
                 "grad_clip", "ema_momentum", "ema_momentum_end", "seed", "device", "bf16", "log_every", "pad_to",
@@ -91,6 +92,13 @@ class TrainingConfig(dg.Config):
     sinkhorn_iters: int = Field(_M.sinkhorn_iters, description="Sinkhorn-Knopp iterations.")
     engagement_temp: float = Field(_M.engagement_temp, description="Temperature of the engagement InfoNCE.")
     engagement_weight: float = Field(_M.engagement_weight, description="Weight of the engagement loss.")
+    engagement_logq: bool = Field(_M.engagement_logq, description="Correct the engagement InfoNCE for in-batch "
+                                  "sampling (logQ): popular items are not pushed down for being frequent negatives.")
+    distillation_weight: float = Field(_M.distillation_weight, description="Weight of the DINO losses (0: no "
+                                       "self-distillation, an ablation).")
+    use_content: bool = Field(_M.use_content, description="Feed the content embeddings (False: an ablation).")
+    structural_bias: bool = Field(_M.structural_bias, description="Learned distance / type-pair / edge-type "
+                                  "attention biases (False: plain attention within each view, an ablation).")
     dropout: float = Field(_M.dropout, description="Dropout on attention output and feed-forward.")
     node_dropout: float = Field(_M.node_dropout, description="Student view: probability of dropping a node.")
     edge_dropout: float = Field(_M.edge_dropout, description="Student view: probability of hiding an edge.")

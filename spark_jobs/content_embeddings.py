@@ -206,5 +206,9 @@ def embed_content(
             .select(*_OUTPUT_COLUMNS)
         )
         snapshot = snapshot.unionByName(reused)
+    # Persist the result itself, so the caller's one unpersist() frees everything this call cached.
+    snapshot = snapshot.persist(StorageLevel.MEMORY_AND_DISK)
+    snapshot.count()
+    embedded.unpersist()
     labelled.unpersist()
     return snapshot, counts
