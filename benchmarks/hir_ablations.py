@@ -58,11 +58,10 @@ def prepare(lake: str, day: dt.date) -> dict:
 
     from resources import SparkResource
     from spark_jobs.delta_io import read_table
-    from spark_jobs.evaluation import build_split_graph
-    from spark_jobs.evaluation_data import DEFAULT_STAGE_WEIGHTS, collect_content, collect_eval_data
-    from spark_jobs.evaluation_split import SplitConfig, split_events
+    from spark_jobs.evaluation import prepare_evaluation
+    from spark_jobs.evaluation_data import collect_content
+    from spark_jobs.evaluation_split import SplitConfig
     from spark_jobs.graph import GraphConfig
-    from spark_jobs.model_inputs import load_model_inputs
 
     session = SparkResource().get_session()
     bronze = {t: read_table(session, f"{lake}/{t}") for t in ("entities", "relations", "events")}
@@ -70,13 +69,8 @@ def prepare(lake: str, day: dt.date) -> dict:
     if "run_date" in content.columns:
         content = content.where(F.col("run_date") == F.lit(day))
     split_cfg = SplitConfig()
-    graph_cfg = GraphConfig(funnel=split_cfg.funnel)
-    split = split_events(bronze["events"], day, split_cfg)
-    split.train_events = split.train_events.localCheckpoint()
-    data = collect_eval_data(split, bronze["events"], day, graph_cfg.funnel, DEFAULT_STAGE_WEIGHTS)
-    nodes, edges, views = build_split_graph(
-        bronze["entities"], bronze["relations"], split.train_events, day, graph_cfg)
-    inputs = load_model_inputs(nodes, views, content, edges, funnel=graph_cfg.funnel)
+    split, data, inputs = prepare_evaluation(bronze["entities"], bronze["relations"], bronze["events"], content,
+                                             day, split_cfg, GraphConfig(funnel=split_cfg.funnel))
     return {"data": data, "inputs": inputs, "item_content": collect_content(content, data.item_ids),
             "note": split.note}
 

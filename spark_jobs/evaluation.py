@@ -83,6 +83,51 @@ def _summary(data: EvalData) -> dict[str, Any]:
     }
 
 
+def _untimed(name: str, fn: Callable[[], Any]) -> Any:
+    return fn()
+
+
+def prepare_evaluation(
+    entities: DataFrame,
+    relations: DataFrame,
+    events: DataFrame,
+    content: DataFrame | None,
+    run_date: dt.date,
+    split_config: SplitConfig,
+    graph_config: GraphConfig,
+    engagement_weights: Sequence[float] | None = None,
+    stage_weights: Sequence[float] = DEFAULT_STAGE_WEIGHTS,
+    timed: Callable[[str, Callable[[], Any]], Any] = _untimed,
+    say: Callable[[str], None] = log.info,
+) -> tuple[EvaluationSplit, EvalData, Any]:
+    """The split, its evaluation data and HIR's training inputs (graph and views of the training events only).
+
+    Args:
+        entities, relations, events, content, run_date: as in :func:`evaluate_run`.
+        split_config: the split.
+        graph_config: graph settings of the training graph.
+        engagement_weights: engagement weight per funnel stage of HIR's InfoNCE.
+        stage_weights: weight of one event per stage in the baselines' training matrix.
+        timed: ``timed(step_name, fn)`` runs a step (and may time and report it).
+        say: called with one line per fact worth reporting.
+
+    Returns:
+        ``(split, data, inputs)``; ``inputs`` is a :class:`hir_pipeline.training.inputs.ModelInputs`.
+    """
+    split = timed("split", lambda: split_events(events, run_date, split_config))
+    split.train_events = split.train_events.localCheckpoint()
+    say(f"evaluation split: {split.note}")
+    data = timed("collect_pairs", lambda: collect_eval_data(split, events, run_date, graph_config.funnel,
+                                                            stage_weights))
+    say(f"evaluation data: {_summary(data)}")
+    nodes, edges, views = timed("train_graph", lambda: build_split_graph(
+        entities, relations, split.train_events, run_date, graph_config))
+    inputs = timed("model_inputs", lambda: load_model_inputs(
+        nodes, views, content, edges, funnel=graph_config.funnel, engagement_weights=engagement_weights,
+        provenance={"purpose": "evaluation", "run_date": str(run_date)}))
+    return split, data, inputs
+
+
 def evaluate_run(
     entities: DataFrame,
     relations: DataFrame,
@@ -135,18 +180,10 @@ def evaluate_run(
         say(f"evaluation: {name} done in {seconds[name]:.1f}s")
         return out
 
-    split = timed("split", lambda: split_events(events, run_date, split_config))
-    split.train_events = split.train_events.localCheckpoint()
-    say(f"evaluation split: {split.note}")
-    data = timed("collect_pairs", lambda: collect_eval_data(split, events, run_date, graph_config.funnel,
-                                                            stage_weights))
+    split, data, inputs = prepare_evaluation(
+        entities, relations, events, content, run_date, split_config, graph_config, engagement_weights,
+        stage_weights, timed, say)
     summary = _summary(data)
-    say(f"evaluation data: {summary}")
-    nodes, edges, views = timed("train_graph", lambda: build_split_graph(
-        entities, relations, split.train_events, run_date, graph_config))
-    inputs = timed("model_inputs", lambda: load_model_inputs(
-        nodes, views, content, edges, funnel=graph_config.funnel, engagement_weights=engagement_weights,
-        provenance={"purpose": "evaluation", "run_date": str(run_date)}))
 
     from hir_pipeline.training.fit import fit_and_embed
 
