@@ -1,0 +1,334 @@
+"""Per-batch kernels of the views stage: weighted hop-by-hop sampling, induced edges and structure in numpy.
+
+The graph is held as flat CSR arrays (:class:`ViewGraph`): the hub-capped sampling adjacency of
+:func:`spark_jobs.graph.views.sampling_adjacency` and the degree-oriented pairs of
+:func:`spark_jobs.graph.views.oriented_pairs`, both indexed by ``node_idx``. Every function here works on a
+*batch* of anchors at once with whole-array numpy operations (gathers of CSR slices, lexsorts, searchsorted
+membership tests), so the Python overhead is per batch, not per candidate.
+
+Sampling keys are Efraimidis-Spirakis keys ``-ln(u) / w`` with ``u`` from a splitmix64 mix (Steele, Lea &
+Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014) of ``(seed, view, anchor hash, hop,
+neighbour hash)``; the hashes are ``xxhash64(entity_id)`` computed by Spark, so a key depends on entity ids
+only (not on node indices, batches or partitions).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, fields
+from typing import NamedTuple
+
+import numpy as np
+
+from spark_jobs.graph.structure import view_structure
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_MASK64 = (1 << 64) - 1
+
+
+def mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64 output for state ``x`` (elementwise, wrapping ``uint64`` arithmetic).
+
+    ``mix64(0) == 0xE220A8397B1DCDAF``, the first output of splitmix64 seeded with 0.
+    """
+    z = np.asarray(x, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = z + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+def view_code(view: str) -> int:
+    """A fixed 64-bit code of a view name (BLAKE2b; Python's ``hash`` of a str is salted per process)."""
+    return int.from_bytes(hashlib.blake2b(view.encode(), digest_size=8).digest(), "little")
+
+
+def unit_interval(h: np.ndarray) -> np.ndarray:
+    """A uniform number in (0, 1) from each 64-bit hash, as ``float64``.
+
+    The 52 high bits, centred: ``(m + 0.5) / 2**52`` is exact, so 0 and 1 never occur (``-ln(u)`` stays finite
+    and positive).
+    """
+    return ((np.asarray(h, dtype=np.uint64) >> np.uint64(12)).astype(np.float64) + 0.5) / float(2**52)
+
+
+def _as_u64(a: np.ndarray) -> np.ndarray:
+    """Reinterpret signed 64-bit hashes as unsigned (same bits)."""
+    return np.ascontiguousarray(a, dtype=np.int64).view(np.uint64)
+
+
+def hop_prefix(seed: int, view: str, anchor_hash: np.ndarray, hop: int) -> np.ndarray:
+    """Hash state of ``(seed, view, anchor, hop)``, one per anchor; :func:`sample_keys` mixes in the neighbour."""
+    base = mix64(np.array([(seed & _MASK64) ^ view_code(view)], dtype=np.uint64))
+    return mix64(mix64(base ^ _as_u64(anchor_hash)) ^ np.uint64(hop))
+
+
+def sample_keys(prefix: np.ndarray, neighbour_hash: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Efraimidis-Spirakis keys ``-ln(u) / w``: the ``k`` smallest are a weighted sample without replacement."""
+    u = unit_interval(mix64(prefix ^ _as_u64(neighbour_hash)))
+    return -np.log(u) / np.asarray(weight, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class ViewGraph:
+    """The graph the views are drawn from, as CSR arrays over ``node_idx`` in ``0..N-1``.
+
+    Memory: ``17 N`` bytes of node arrays, 12 bytes per sampling-adjacency entry (at most ``N * hub_cap``)
+    and 6 to 12 bytes per undirected connected pair, plus two ``8 (N + 1)`` offset arrays.
+
+    Attributes:
+        node_hash: ``xxhash64(entity_id)`` of every node (``int64``).
+        node_type: ``graph_nodes.node_type`` (``int8``).
+        adj_ptr, adj_dst, adj_w: the sampling adjacency (``int64`` offsets, ``int32`` neighbours, ``float64``
+            weights), neighbours of ``i`` at ``adj_ptr[i]:adj_ptr[i + 1]``, sorted by neighbour.
+        capped: the node had more than ``hub_cap`` neighbours (``bool``).
+        pair_ptr, pair_dst, pair_fwd, pair_bwd: each undirected pair once, from its lower-degree endpoint, with
+            the highest edge type id of each direction (0 if absent; ``uint8``, or ``int32`` when ids exceed 255
+            so that :func:`~spark_jobs.graph.structure.view_structure` reports them).
+    """
+
+    node_hash: np.ndarray
+    node_type: np.ndarray
+    adj_ptr: np.ndarray
+    adj_dst: np.ndarray
+    adj_w: np.ndarray
+    capped: np.ndarray
+    pair_ptr: np.ndarray
+    pair_dst: np.ndarray
+    pair_fwd: np.ndarray
+    pair_bwd: np.ndarray
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_hash)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(getattr(self, f.name).nbytes for f in fields(self))
+
+    @classmethod
+    def from_arrays(
+        cls,
+        node_idx: np.ndarray,
+        node_hash: np.ndarray,
+        node_type: np.ndarray,
+        adj_src: np.ndarray,
+        adj_dst: np.ndarray,
+        adj_w: np.ndarray,
+        adj_capped: np.ndarray,
+        pair_src: np.ndarray,
+        pair_dst: np.ndarray,
+        pair_fwd: np.ndarray,
+        pair_bwd: np.ndarray,
+    ) -> ViewGraph:
+        """Build the CSR arrays from row lists in any order (node_idx dense; each (src, dst) at most once)."""
+        node_idx = np.asarray(node_idx, dtype=np.int64)
+        n = int(node_idx.max()) + 1 if len(node_idx) else 0
+        hashes = np.zeros(n, dtype=np.int64)
+        hashes[node_idx] = node_hash
+        types = np.zeros(n, dtype=np.int8)
+        types[node_idx] = node_type
+        adj_ptr, order = _csr(n, adj_src, adj_dst)
+        capped = np.zeros(n, dtype=bool)
+        capped[np.asarray(adj_src, dtype=np.int64)] = np.asarray(adj_capped, dtype=bool)
+        pair_ptr, porder = _csr(n, pair_src, pair_dst)
+        fwd, bwd = np.asarray(pair_fwd), np.asarray(pair_bwd)
+        type_dtype = np.uint8 if max(fwd.max(initial=0), bwd.max(initial=0)) <= 255 else np.int32
+        return cls(
+            node_hash=hashes, node_type=types,
+            adj_ptr=adj_ptr, adj_dst=np.asarray(adj_dst, dtype=np.int32)[order],
+            adj_w=np.asarray(adj_w, dtype=np.float64)[order], capped=capped,
+            pair_ptr=pair_ptr, pair_dst=np.asarray(pair_dst, dtype=np.int32)[porder],
+            pair_fwd=fwd.astype(type_dtype)[porder], pair_bwd=bwd.astype(type_dtype)[porder],
+        )
+
+
+def _csr(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets of rows grouped by ``src`` and the permutation sorting rows by ``(src, dst)``."""
+    src = np.asarray(src, dtype=np.int64)
+    order = np.argsort(src * max(n, 1) + np.asarray(dst, dtype=np.int64), kind="stable")
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
+    return ptr, order
+
+
+def _gather(ptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR entries of ``rows``: ``(owner, entry)``, owner indexing ``rows``, entries in row order."""
+    starts = ptr[rows]
+    counts = ptr[rows + 1] - starts
+    owner = np.repeat(np.arange(len(rows)), counts)
+    offsets = np.cumsum(counts) - counts
+    entry = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(offsets - starts, counts)
+    return owner, entry
+
+
+def _contains(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which ``keys`` occur in ``sorted_keys``, and where (valid where found)."""
+    if len(sorted_keys) == 0:
+        return np.zeros(len(keys), dtype=bool), np.zeros(len(keys), dtype=np.int64)
+    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return sorted_keys[at] == keys, at
+
+
+def _group_starts(sorted_group: np.ndarray) -> np.ndarray:
+    """Indices where a new value starts in a sorted array."""
+    if len(sorted_group) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])
+
+
+class SampledViews(NamedTuple):
+    """Views of a batch of anchors: view ``b`` is ``nodes[ptr[b]:ptr[b + 1]]`` (anchor first)."""
+
+    ptr: np.ndarray  #: int64, ``B + 1`` offsets
+    nodes: np.ndarray  #: int64 node indices, ordered by (hop, key, node_idx) within a view
+    trunc: np.ndarray  #: bool per member: a cap or fan-out dropped a candidate on its way in, or the view overflowed
+    truncated: np.ndarray  #: bool per view: any member's ``trunc``
+
+
+def sample_batch(
+    graph: ViewGraph,
+    anchors: np.ndarray,
+    fanout: tuple[int, ...],
+    *,
+    seed: int,
+    view: str,
+    max_view_nodes: int,
+) -> SampledViews:
+    """Hop-by-hop weighted samples of one view for a batch of anchors.
+
+    At each hop every frontier node keeps the ``k`` candidates (its sampling-adjacency neighbours not yet in
+    the view) with the smallest (key, node_idx); a node kept by several parents is kept once, with its
+    smallest (key, parent), and the truncation flags of the dropped copies move onto it. A kept node is
+    truncated when its parent had more than ``k`` candidates or more than ``hub_cap`` neighbours. The view is
+    the anchor then every kept node by (hop, key, node_idx), cut at ``max_view_nodes``.
+
+    Args:
+        graph: the CSR graph.
+        anchors: node indices (distinct), one view each.
+        fanout: neighbours kept per frontier node at each hop.
+        seed: sampling seed.
+        view: view name (part of the hash: the two views are independent samples).
+        max_view_nodes: cap on the nodes of one view, anchor included.
+    """
+    anchors = np.asarray(anchors, dtype=np.int64)
+    b, n = len(anchors), max(graph.num_nodes, 1)
+    slots = np.arange(b, dtype=np.int64)
+    parts = {"slot": [slots], "node": [anchors], "hop": [np.zeros(b, np.int64)], "key": [np.zeros(b)],
+             "trunc": [np.zeros(b, dtype=bool)]}
+    visited = np.sort(slots * n + anchors)
+    f_slot, f_node = slots, anchors
+    anchor_hash = graph.node_hash[anchors]
+    for hop, k in enumerate(fanout, start=1):
+        if len(f_node) == 0:
+            break
+        owner, entry = _gather(graph.adj_ptr, f_node)
+        c_slot, c_node = f_slot[owner], graph.adj_dst[entry].astype(np.int64)
+        # never sample back into the view: a wasted slot, and the node's hop would be ambiguous
+        seen, _ = _contains(visited, c_slot * n + c_node)
+        keep = ~seen
+        owner, entry, c_slot, c_node = owner[keep], entry[keep], c_slot[keep], c_node[keep]
+        prefix = hop_prefix(seed, view, anchor_hash, hop)
+        key = sample_keys(prefix[c_slot], graph.node_hash[c_node], graph.adj_w[entry])
+        # per parent (= frontier row): the k smallest (key, node_idx)
+        order = np.lexsort((c_node, key, owner))
+        owner, c_slot, c_node, key = owner[order], c_slot[order], c_node[order], key[order]
+        per_parent = np.bincount(owner, minlength=len(f_node))
+        first = np.cumsum(per_parent) - per_parent
+        chosen = (np.arange(len(owner)) - first[owner]) < k
+        parent = f_node[owner]
+        trunc = (per_parent[owner] > k) | graph.capped[parent]
+        c_slot, c_node, key, parent, trunc = (a[chosen] for a in (c_slot, c_node, key, parent, trunc))
+        # a node reached from several parents: kept once, smallest (key, parent); flags OR-ed
+        order = np.lexsort((parent, key, c_node, c_slot))
+        c_slot, c_node, key, trunc = c_slot[order], c_node[order], key[order], trunc[order]
+        starts = _group_starts(c_slot * n + c_node)
+        if len(starts):
+            trunc = np.logical_or.reduceat(trunc, starts)
+        c_slot, c_node, key = c_slot[starts], c_node[starts], key[starts]
+        for name, arr in (("slot", c_slot), ("node", c_node), ("hop", np.full(len(c_node), hop, np.int64)),
+                          ("key", key), ("trunc", trunc)):
+            parts[name].append(arr)
+        visited = np.sort(np.concatenate([visited, c_slot * n + c_node]))
+        f_slot, f_node = c_slot, c_node
+    slot, node, hop_, key, trunc = (np.concatenate(parts[c]) for c in ("slot", "node", "hop", "key", "trunc"))
+    order = np.lexsort((node, key, hop_, slot))
+    slot, node, trunc = slot[order], node[order], trunc[order]
+    size = np.bincount(slot, minlength=b)
+    pos = np.arange(len(slot)) - (np.cumsum(size) - size)[slot]
+    keep = pos < max_view_nodes
+    slot, node, trunc = slot[keep], node[keep], trunc[keep] | (size > max_view_nodes)[slot[keep]]
+    ptr = np.zeros(b + 1, dtype=np.int64)
+    np.cumsum(np.minimum(size, max_view_nodes), out=ptr[1:])
+    truncated = np.bincount(slot[trunc], minlength=b) > 0
+    return SampledViews(ptr, node, trunc, truncated)
+
+
+class InducedEdges(NamedTuple):
+    """Edges among each view's nodes: those of view ``b`` at ``ptr[b]:ptr[b + 1]``, by position in the view."""
+
+    ptr: np.ndarray
+    src: np.ndarray  #: position of the pair's lower-degree endpoint
+    dst: np.ndarray  #: position of the other endpoint
+    fwd: np.ndarray  #: highest edge type id src -> dst (0 if absent)
+    bwd: np.ndarray  #: highest edge type id dst -> src (0 if absent)
+
+
+def induced_edges(graph: ViewGraph, views: SampledViews) -> InducedEdges:
+    """The connected pairs among each view's nodes, looked up from each member's degree-oriented pair list.
+
+    Each undirected pair is stored once, from its lower-degree endpoint, so a hub member costs only its few
+    pairs towards even bigger hubs.
+    """
+    b, n = len(views.ptr) - 1, max(graph.num_nodes, 1)
+    size = np.diff(views.ptr)
+    member_view = np.repeat(np.arange(b, dtype=np.int64), size)
+    member_pos = np.arange(len(views.nodes)) - views.ptr[member_view]
+    member_key = member_view * n + views.nodes
+    by_key = np.argsort(member_key)
+    owner, entry = _gather(graph.pair_ptr, views.nodes)
+    e_view = member_view[owner]
+    found, at = _contains(member_key[by_key], e_view * n + graph.pair_dst[entry])
+    owner, entry, e_view, at = owner[found], entry[found], e_view[found], at[found]
+    ptr = np.zeros(b + 1, dtype=np.int64)
+    np.cumsum(np.bincount(e_view, minlength=b), out=ptr[1:])
+    return InducedEdges(ptr, member_pos[owner], member_pos[by_key[at]], graph.pair_fwd[entry], graph.pair_bwd[entry])
+
+
+class ViewRows(NamedTuple):
+    """``graph_views`` columns of a batch of views (one list entry per view)."""
+
+    nodes: list[np.ndarray]
+    node_types: list[np.ndarray]
+    dist: list[bytes]
+    edge_types: list[bytes]
+    truncated: np.ndarray
+
+
+def build_view_batch(
+    graph: ViewGraph,
+    anchors: np.ndarray,
+    fanout: tuple[int, ...],
+    *,
+    seed: int,
+    view: str,
+    max_view_nodes: int,
+    max_dist: int,
+) -> ViewRows:
+    """Sample one view of every anchor and compute its structure (distances, edge types) on the induced subgraph."""
+    views = sample_batch(graph, anchors, fanout, seed=seed, view=view, max_view_nodes=max_view_nodes)
+    edges = induced_edges(graph, views)
+    nodes, types, dist, edge_types = [], [], [], []
+    for i in range(len(views.ptr) - 1):
+        members = views.nodes[views.ptr[i]:views.ptr[i + 1]]
+        lo, hi = edges.ptr[i], edges.ptr[i + 1]
+        d, t = view_structure(len(members), edges.src[lo:hi], edges.dst[lo:hi], edges.fwd[lo:hi],
+                              edges.bwd[lo:hi], max_dist)
+        nodes.append(members)
+        types.append(graph.node_type[members])
+        dist.append(d.tobytes())
+        edge_types.append(t.tobytes())
+    return ViewRows(nodes, types, dist, edge_types, views.truncated)
