@@ -6,20 +6,41 @@ drawn as hop-by-hop weight-biased neighbour samples in the spirit of GraphSAGE (
 2017). At each hop every frontier node keeps its ``fanout`` neighbours with the smallest
 Efraimidis-Spirakis key ``-ln(u) / w`` (Efraimidis & Spirakis, "Weighted random sampling with a
 reservoir", IPL 2006): a weighted sample without replacement. ``u`` is a hash of
-``(seed, view, anchor, hop, neighbour)`` over *entity ids*, so a sample depends neither on partitioning
-nor on the node index of a run, and scaling every weight by the same factor (one more day of decay)
-leaves it unchanged. Everything is Spark joins and windows, hop by hop; nothing is collected. Each hop's
-sample is materialised with ``localCheckpoint`` (executor storage, no driver collect) to cut the plan.
+``(seed, view, anchor, hop, neighbour)`` over *entity ids* (splitmix64 over the ``xxhash64(entity_id)`` node
+hashes, :mod:`spark_jobs.graph.sampling`), so a sample depends neither on partitioning nor on the node index
+of a run, and scaling every weight by the same factor (one more day of decay) leaves it unchanged. Ties are
+broken by ``node_idx`` (the rank of the entity id, so their order is the same in every run).
+
+Where the work runs, and why. Spark computes the two graph-wide tables the views are drawn from: the
+hub-capped sampling adjacency (:func:`sampling_adjacency`, one window over the edges) and the degree-oriented
+connected pairs (:func:`oriented_pairs`, one aggregation). Each is collected to the driver once, through Arrow,
+into compact CSR arrays (:class:`~spark_jobs.graph.sampling.ViewGraph`: ``int32`` neighbours, ``float64``
+weights, ``int64`` node hashes, ``int8`` node types, ``uint8`` edge types) and broadcast to the executors.
+One ``mapInPandas`` over the anchors (spread over ``4 x defaultParallelism`` partitions, so it scales out with
+executors) then samples both views, finds their induced edges and runs the per-view BFS for batches of
+anchors in numpy. The work per anchor is bounded (fan-outs x ``hub_cap`` candidates, at most
+``max_view_nodes`` members), so the stage is linear in the anchors plus one sort of the edges on the driver.
+An earlier version did the sampling as Spark joins and windows hop by hop; at 10^7 events it shuffled about
+10^8 candidate rows at hop 2 (anchors x 16 x ``hub_cap``) plus the members x pairs x members join for the
+induced edges, and took 20x longer than building the graph.
+
+Memory limit of this design: the broadcast graph takes about ``33 N + 12 A + 6 P`` bytes (N nodes,
+A <= N x ``hub_cap`` sampling-adjacency entries, P undirected connected pairs, about half the edges), e.g.
+about 60 MB for 203 k nodes and 9.2 M edges; the driver holds it (and, briefly, the Arrow tables it came
+from) and every Python worker holds one copy. That is fine up to some 10^8 edges per executor; beyond that
+the graph would have to be partitioned instead of broadcast.
 
 Hubs are capped twice: a node offers at most ``hub_cap`` candidate neighbours (its own seeded weighted
-sample, drawn once per node), and a view holds at most ``max_view_nodes`` nodes. Views where either cap,
-or a fan-out, dropped a candidate are marked ``truncated``.
+sample, drawn once per node in :func:`sampling_adjacency`), and a view holds at most ``max_view_nodes``
+nodes. Views where either cap, or a fan-out, dropped a candidate are marked ``truncated``. A node reached
+from several parents at one hop is kept once, with its smallest (key, parent), and carries the truncation
+flags of the dropped copies; a node already in the view is never sampled again.
 
 Structure (distances truncated at ``max_dist``, edge types) is computed per view on the subgraph induced
-by the view's nodes. The induced edges are found by joining view members with the edge list *oriented from
-the lower-degree endpoint* (degree ordering, as in triangle listing, Chiba & Nishizeki 1985): each
-undirected pair is looked up once, from the endpoint with fewer neighbours, so a hub in thousands of views
-costs little. The small per-view BFS runs in numpy inside ``mapInPandas`` over one row per view.
+by the view's nodes. The induced edges are found from each member's list of pairs *oriented from the
+lower-degree endpoint* (degree ordering, as in triangle listing, Chiba & Nishizeki 1985): each undirected
+pair is stored once, at the endpoint with fewer neighbours, so a hub in thousands of views costs little.
+The small per-view BFS is :func:`~spark_jobs.graph.structure.view_structure`.
 
 Nightly increments (what is recomputed and why). A view depends on (a) the weights of the edges of every
 node it samples from, i.e. nodes within ``hops - 1`` of the anchor, and (b) which edges join its own nodes,
@@ -29,32 +50,39 @@ node whose edges are all activity edges. So :func:`affected_anchors` takes as se
 out-edges changed *other than by one common factor* (an edge added or removed, or unequal weight ratios,
 which includes nodes that mix decayed activity edges with undecayed catalog edges), and marks every node
 within ``hops`` hops of a seed (in the old or the new graph). Only those anchors, plus new entities, are
-sampled again by :func:`update_views`; every other view is carried over with its node indices re-mapped
-to the new run's index through the entity ids, and equals what a full recompute would produce (tested).
-How much this saves depends on the graph: ads linked to campaigns by catalog edges are seeds every
-night, so in a catalog-heavy graph most anchors near an ad are recomputed anyway.
+sampled again by :func:`update_views` (which still collects and broadcasts the whole graph once: the sampled
+anchors need it); every other view is carried over with its node indices re-mapped to the new run's index
+through the entity ids, and equals what a full recompute would produce (tested). How much this saves depends
+on the graph: ads linked to campaigns by catalog edges are seeds every night, so in a catalog-heavy graph
+most anchors near an ad are recomputed anyway.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 import numpy as np
 import pandas as pd
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from hir_pipeline.contracts import VIEW_BROAD, VIEW_NARROW
 from spark_jobs.graph.config import GraphConfig
-from spark_jobs.graph.structure import view_structure
+from spark_jobs.graph.sampling import ViewGraph, build_view_batch, sample_batch
+
+log = logging.getLogger(__name__)
 
 #: Column order of the ``graph_views`` table (contracts.py, "Graph tables").
 VIEW_COLUMNS = ("anchor_idx", "anchor_id", "view", "nodes", "node_types", "dist", "edge_types", "truncated",
                 "run_date")
-_STRUCT_SCHEMA = (
-    "view string, anchor_idx long, nodes array<long>, node_types array<tinyint>, truncated boolean, "
-    "dist binary, edge_types binary"
+_VIEW_SCHEMA = (
+    "anchor_idx long, anchor_id string, view string, nodes array<long>, node_types array<tinyint>, "
+    "dist binary, edge_types binary, truncated boolean"
 )
+_MEMBER_SCHEMA = "view string, anchor_idx long, node_idx long, pos int, trunc boolean"
+#: Anchors per numpy batch inside a task. Bounds a worker's scratch memory (hop 2 of the broad view gathers
+#: up to batch x 16 x hub_cap candidates) and one output Arrow batch (a broad view is up to ~18 KB).
+ANCHOR_BATCH = 512
 
 
 def _unit(*cols: Column) -> Column:
@@ -94,59 +122,6 @@ def sampling_adjacency(nodes: DataFrame, edges: DataFrame, config: GraphConfig) 
     )
 
 
-def _sample(anchors: DataFrame, adj: DataFrame, view: str, fanout: tuple[int, ...], seed: int) -> DataFrame:
-    """Hop-by-hop weighted sampling for one view.
-
-    Args:
-        anchors: ``anchor_idx, anchor_h``.
-        adj: :func:`sampling_adjacency`.
-        view: view name, part of the hash so the two views are independent samples.
-        fanout: neighbours kept per frontier node at each hop.
-        seed: sampling seed.
-
-    Returns:
-        ``view, anchor_idx, node_idx, hop, key, trunc`` with the anchor itself at hop 0, key 0.
-    """
-    members = anchors.select(
-        "anchor_idx", F.col("anchor_idx").alias("node_idx"), F.lit(0).alias("hop"), F.lit(0.0).alias("key"),
-        F.lit(False).alias("trunc"),
-    )
-    frontier = anchors.select("anchor_idx", "anchor_h", F.col("anchor_idx").alias("node_idx"))
-    visited = members.select("anchor_idx", "node_idx")
-    for hop, k in enumerate(fanout, start=1):
-        cand = frontier.join(adj, frontier["node_idx"] == adj["src_idx"]).select(
-            "anchor_idx", "anchor_h", F.col("src_idx").alias("parent"), F.col("dst_idx").alias("node_idx"),
-            "dst_h", "w", "capped",
-        )
-        if hop == 1:
-            cand = cand.where(F.col("node_idx") != F.col("anchor_idx"))
-        else:  # never sample back into the view: a wasted slot, and the node's hop would be ambiguous
-            cand = cand.join(visited, ["anchor_idx", "node_idx"], "left_anti")
-        key = -F.log(_unit(F.lit(seed), F.lit(view), "anchor_h", F.lit(hop), "dst_h")) / F.col("w")
-        group = Window.partitionBy("anchor_idx", "parent")
-        cand = cand.withColumn("key", key).withColumns({
-            "_rn": F.row_number().over(group.orderBy("key", "node_idx")),
-            "_n": F.count(F.lit(1)).over(group),
-        })
-        chosen = cand.where(F.col("_rn") <= k).withColumn("trunc", (F.col("_n") > k) | F.col("capped"))
-        # A node reached from several parents is kept once, with its smallest key; the truncation flags
-        # of the dropped copies move onto the kept one.
-        same = Window.partitionBy("anchor_idx", "node_idx")
-        chosen = chosen.withColumns({
-            "_first": F.row_number().over(same.orderBy("key", "parent")),
-            "trunc": F.max("trunc").over(same),
-        }).where(F.col("_first") == 1)
-        # Materialised once per hop: members, frontier and visited all read it, and without a cut the plan of
-        # hop h nests hop h-1 three times (plan size and recomputation grow exponentially with hops).
-        new = chosen.select(
-            "anchor_idx", "anchor_h", "node_idx", F.lit(hop).alias("hop"), "key", "trunc"
-        ).localCheckpoint()
-        members = members.unionByName(new.drop("anchor_h"))
-        frontier = new.select("anchor_idx", "anchor_h", "node_idx")
-        visited = visited.unionByName(new.select("anchor_idx", "node_idx"))
-    return members.withColumn("view", F.lit(view))
-
-
 def oriented_pairs(nodes: DataFrame, edges: DataFrame) -> DataFrame:
     """Each undirected connected pair once, oriented from the endpoint of lower (degree, node_idx).
 
@@ -169,20 +144,85 @@ def oriented_pairs(nodes: DataFrame, edges: DataFrame) -> DataFrame:
     )
 
 
-def _structure_batches(batches, max_dist: int):
-    """``mapInPandas`` body: one view per row -> ``dist`` and ``edge_types`` bytes."""
+def collect_view_graph(nodes: DataFrame, edges: DataFrame, config: GraphConfig, pairs: bool = True) -> ViewGraph:
+    """Collect the sampling adjacency and the oriented pairs to the driver, as CSR arrays (through Arrow).
+
+    Args:
+        nodes: the ``graph_nodes`` table.
+        edges: the ``graph_edges`` table (symmetric).
+        config: ``hub_cap`` and ``seed`` of :func:`sampling_adjacency`.
+        pairs: also collect :func:`oriented_pairs` (needed for structure, not for sampling alone).
+
+    Returns:
+        The :class:`~spark_jobs.graph.sampling.ViewGraph` (see the module docstring for its size).
+    """
+    node_t = nodes.select(
+        "node_idx", F.xxhash64("entity_id").alias("nh"), F.coalesce("node_type", F.lit(0)).alias("node_type")
+    ).toArrow()
+    adj_t = sampling_adjacency(nodes, edges, config).select("src_idx", "dst_idx", "w", "capped").toArrow()
+    cols = ("o_src", "o_dst", "t_fwd", "t_bwd")
+    if pairs:
+        pair_t = oriented_pairs(nodes, edges).select(*cols).toArrow()
+        pair_cols = [pair_t.column(c).to_numpy() for c in cols]
+        del pair_t
+    else:
+        pair_cols = [np.zeros(0, dtype=np.int64)] * 4
+    graph = ViewGraph.from_arrays(
+        node_t.column("node_idx").to_numpy(), node_t.column("nh").to_numpy(), node_t.column("node_type").to_numpy(),
+        *(adj_t.column(c).to_numpy() for c in ("src_idx", "dst_idx", "w", "capped")), *pair_cols,
+    )
+    log.info("views: collected graph of %d nodes, %d sampling entries, %d oriented pairs (%.1f MB)",
+             graph.num_nodes, len(graph.adj_dst), len(graph.pair_dst), graph.nbytes / 2**20)
+    return graph
+
+
+def _anchor_frame(nodes: DataFrame, anchors: DataFrame | None) -> DataFrame:
+    """``anchor_idx, anchor_id`` of the anchors (distinct, known nodes only), spread over the cluster."""
+    if anchors is None:
+        anchors = nodes.select(F.col("node_idx").alias("anchor_idx"))
+    elif "anchor_idx" not in anchors.columns:
+        anchors = anchors.select(F.col("node_idx").alias("anchor_idx"))
+    ids = nodes.select(F.col("node_idx").alias("anchor_idx"), F.col("entity_id").alias("anchor_id"))
+    parts = 4 * nodes.sparkSession.sparkContext.defaultParallelism
+    return anchors.select("anchor_idx").distinct().join(ids, "anchor_idx").repartition(parts)
+
+
+def _chunks(batches):
+    """Arrow batches of anchors, re-cut to at most :data:`ANCHOR_BATCH` rows."""
     for pdf in batches:
-        dist, types = [], []
-        for n, p1, p2, tf, tb in zip(pdf["n"], pdf["e_src"], pdf["e_dst"], pdf["e_fwd"], pdf["e_bwd"], strict=True):
-            if p1 is None:
-                p1 = p2 = tf = tb = np.zeros(0, dtype=np.int64)
-            d, t = view_structure(int(n), p1, p2, tf, tb, max_dist)
-            dist.append(d.tobytes())
-            types.append(t.tobytes())
-        yield pd.DataFrame({
-            "view": pdf["view"], "anchor_idx": pdf["anchor_idx"], "nodes": pdf["nodes"],
-            "node_types": pdf["node_types"], "truncated": pdf["truncated"], "dist": dist, "edge_types": types,
-        })
+        for lo in range(0, len(pdf), ANCHOR_BATCH):
+            yield pdf.iloc[lo:lo + ANCHOR_BATCH]
+
+
+def _view_batches(batches, graph_bc, config: GraphConfig):
+    """``mapInPandas`` body: anchors -> their two views with structure (``_VIEW_SCHEMA``)."""
+    graph: ViewGraph = graph_bc.value
+    for part in _chunks(batches):
+        anchors = part["anchor_idx"].to_numpy(np.int64)
+        for name, fanout in config.views().items():
+            rows = build_view_batch(graph, anchors, fanout, seed=config.seed, view=name,
+                                    max_view_nodes=config.max_view_nodes, max_dist=config.max_dist)
+            yield pd.DataFrame({
+                "anchor_idx": anchors, "anchor_id": part["anchor_id"].to_numpy(), "view": name,
+                "nodes": rows.nodes, "node_types": rows.node_types, "dist": rows.dist,
+                "edge_types": rows.edge_types, "truncated": rows.truncated,
+            })
+
+
+def _member_batches(batches, graph_bc, config: GraphConfig):
+    """``mapInPandas`` body: anchors -> one row per view member (``_MEMBER_SCHEMA``)."""
+    graph: ViewGraph = graph_bc.value
+    for part in _chunks(batches):
+        anchors = part["anchor_idx"].to_numpy(np.int64)
+        for name, fanout in config.views().items():
+            got = sample_batch(graph, anchors, fanout, seed=config.seed, view=name,
+                               max_view_nodes=config.max_view_nodes)
+            size = np.diff(got.ptr)
+            owner = np.repeat(np.arange(len(anchors)), size)
+            yield pd.DataFrame({
+                "view": name, "anchor_idx": anchors[owner], "node_idx": got.nodes,
+                "pos": (np.arange(len(got.nodes)) - got.ptr[owner]).astype(np.int32), "trunc": got.trunc,
+            })
 
 
 def sample_views(
@@ -190,29 +230,13 @@ def sample_views(
 ) -> DataFrame:
     """Sampled view members, capped and ordered: ``view, anchor_idx, node_idx, pos, trunc``.
 
-    ``pos`` is the node's position in the view: the anchor is 0, then nodes by (hop, key, node_idx).
+    ``pos`` is the node's position in the view: the anchor is 0, then nodes by (hop, key, node_idx). ``trunc``
+    says a cap or fan-out dropped a candidate on the member's way in, or the view overflowed
+    ``max_view_nodes``. The sampling runs as in :func:`build_views` (collect, broadcast, ``mapInPandas``).
     """
-    if anchors is None:
-        anchors = nodes.select(F.col("node_idx").alias("anchor_idx"))
-    elif "anchor_idx" not in anchors.columns:
-        anchors = anchors.select(F.col("node_idx").alias("anchor_idx"))
-    anchors = anchors.select("anchor_idx").distinct().join(
-        _node_hashes(nodes).toDF("anchor_idx", "anchor_h"), "anchor_idx"
-    )
-    adj = sampling_adjacency(nodes, edges, config).localCheckpoint()
-    views = config.views()
-    members = None
-    for name in (VIEW_BROAD, VIEW_NARROW):
-        part = _sample(anchors, adj, name, views[name], config.seed)
-        members = part if members is None else members.unionByName(part)
-    view = Window.partitionBy("view", "anchor_idx")
-    members = members.withColumns({
-        "pos": F.row_number().over(view.orderBy("hop", "key", "node_idx")) - 1,
-        "_size": F.count(F.lit(1)).over(view),
-    })
-    return members.where(F.col("pos") < config.max_view_nodes).select(
-        "view", "anchor_idx", "node_idx", F.col("pos").cast("int").alias("pos"),
-        (F.col("trunc") | (F.col("_size") > config.max_view_nodes)).alias("trunc"),
+    graph_bc = nodes.sparkSession.sparkContext.broadcast(collect_view_graph(nodes, edges, config, pairs=False))
+    return _anchor_frame(nodes, anchors).mapInPandas(
+        lambda it: _member_batches(it, graph_bc, config), _MEMBER_SCHEMA
     )
 
 
@@ -224,6 +248,9 @@ def build_views(
     anchors: DataFrame | None = None,
 ) -> DataFrame:
     """Build the ``graph_views`` table: a broad and a narrow view of every anchor, with their structure.
+
+    Collects the graph to the driver and broadcasts it now (see the module docstring); the views themselves
+    are computed when the returned DataFrame runs. The broadcast stays referenced by its plan.
 
     Args:
         nodes: the ``graph_nodes`` table.
@@ -238,37 +265,9 @@ def build_views(
         ``edge_types`` are ``n * n`` row-major ``int8`` / ``uint8`` bytes.
     """
     config = config or GraphConfig()
-    members = sample_views(nodes, edges, config, anchors).localCheckpoint()
-    types = nodes.select("node_idx", F.col("node_type").cast("tinyint").alias("node_type"))
-    per_view = members.join(types, "node_idx").groupBy("view", "anchor_idx").agg(
-        F.sort_array(F.collect_list(F.struct("pos", "node_idx", "node_type"))).alias("_m"),
-        F.max("trunc").alias("truncated"),
-    ).select(
-        "view", "anchor_idx", "truncated", F.size("_m").alias("n"),
-        F.transform("_m", lambda m: m["node_idx"]).alias("nodes"),
-        F.transform("_m", lambda m: m["node_type"]).alias("node_types"),
-    )
-    pairs = oriented_pairs(nodes, edges)
-    m1 = members.select("view", "anchor_idx", F.col("node_idx").alias("o_src"), F.col("pos").alias("p1"))
-    m2 = members.select("view", "anchor_idx", F.col("node_idx").alias("o_dst"), F.col("pos").alias("p2"))
-    induced = m1.join(pairs, "o_src").join(m2, ["view", "anchor_idx", "o_dst"]).groupBy("view", "anchor_idx").agg(
-        F.collect_list(F.struct("p1", "p2", "t_fwd", "t_bwd")).alias("_e")
-    ).select(
-        "view", "anchor_idx",
-        F.transform("_e", lambda e: e["p1"]).alias("e_src"),
-        F.transform("_e", lambda e: e["p2"]).alias("e_dst"),
-        F.transform("_e", lambda e: e["t_fwd"]).alias("e_fwd"),
-        F.transform("_e", lambda e: e["t_bwd"]).alias("e_bwd"),
-    )
-    max_dist = config.max_dist
-    structured = per_view.join(induced, ["view", "anchor_idx"], "left").mapInPandas(
-        lambda it: _structure_batches(it, max_dist), _STRUCT_SCHEMA
-    )
-    ids = nodes.select(F.col("node_idx").alias("anchor_idx"), F.col("entity_id").alias("anchor_id"))
-    return structured.join(ids, "anchor_idx").select(
-        "anchor_idx", "anchor_id", "view", "nodes", "node_types", "dist", "edge_types", "truncated",
-        F.lit(run_date).alias("run_date"),
-    )
+    graph_bc = nodes.sparkSession.sparkContext.broadcast(collect_view_graph(nodes, edges, config))
+    views = _anchor_frame(nodes, anchors).mapInPandas(lambda it: _view_batches(it, graph_bc, config), _VIEW_SCHEMA)
+    return views.select(*VIEW_COLUMNS[:-1], F.lit(run_date).alias("run_date"))
 
 
 def affected_anchors(edges_old: DataFrame, edges_new: DataFrame, hops: int, rtol: float = 1e-9) -> DataFrame:
