@@ -34,6 +34,9 @@ BASE_CONF: dict[str, str] = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "8",
+    # Delta rebuilds a table's state with 50 tasks per snapshot by default, sized for clusters; on a local session
+    # every read of a small table then pays 50 tasks. Raise it with the shuffle partitions on a cluster.
+    "spark.databricks.delta.snapshotPartitions": "8",
     "spark.sql.adaptive.enabled": "true",
     "spark.ui.showConsoleProgress": "false",
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
