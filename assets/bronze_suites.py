@@ -4,13 +4,13 @@ Ingestion already quarantines bad rows, so these suites guard the *tables*: a fa
 or a contract change upstream, and it blocks every downstream asset.
 """
 
-import great_expectations.expectations as gxe
-
 from hir_pipeline.contracts import DEFAULT_FUNNEL, ENTITY_TYPES
 
 
 def bronze_suites(entity_types=ENTITY_TYPES, funnel=DEFAULT_FUNNEL) -> dict[str, list]:
     """Expectations per bronze table (``events`` is validated over the run's ingestion window)."""
+    import great_expectations.expectations as gxe  # seconds to import: not at code-location load
+
     return {
         "entities": [
             gxe.ExpectTableRowCountToBeBetween(min_value=1),

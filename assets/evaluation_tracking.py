@@ -7,17 +7,20 @@ When the run date has no training run (``hir evaluate`` without a nightly run) t
 own, tagged ``hir.kind = evaluation``; such a run never counts as a training run.
 """
 
+from __future__ import annotations  # no Dagster config classes here; lets mlflow types stay type-only
+
 import json
 import math
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-
-from mlflow import MlflowClient
-from mlflow.entities import Metric, Run
-from mlflow.exceptions import MlflowException
+from typing import TYPE_CHECKING
 
 from assets.model_tracking import TAG_MODEL_VERSION, TAG_RUN_DATE
+
+if TYPE_CHECKING:  # mlflow takes seconds to import: only when an asset actually talks to MLflow
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
 
 CHAMPION_ALIAS = "champion"
 TAG_KIND = "hir.kind"
@@ -68,6 +71,8 @@ def log_evaluation(client: MlflowClient, run_id: str, rows: Sequence[tuple[str, 
     Returns:
         How many metrics were logged.
     """
+    from mlflow.entities import Metric
+
     metrics = [Metric(metric_name(m, s, name), float(v), timestamp_ms, 0) for m, s, name, v in rows
                if math.isfinite(v)]
     for start in range(0, len(metrics), 500):  # log_batch takes at most 1000 metrics
@@ -84,6 +89,8 @@ def log_evaluation(client: MlflowClient, run_id: str, rows: Sequence[tuple[str, 
 def champion(client: MlflowClient, registered_model: str, metric: str,
              splits: Sequence[str]) -> tuple[str, dict[str, float]] | None:
     """``(version, {split: value})`` of the current champion (its run's ``eval.hir.<split>.<metric>``), or None."""
+    from mlflow.exceptions import MlflowException
+
     try:
         version = client.get_model_version_by_alias(registered_model, CHAMPION_ALIAS)
     except MlflowException:

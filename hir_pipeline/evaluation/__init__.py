@@ -8,10 +8,28 @@
 * :mod:`~hir_pipeline.evaluation.report` - comparison table, plot, metric rows.
 """
 
-from hir_pipeline.evaluation.data import EvalData
-from hir_pipeline.evaluation.gate import GateDecision, promotion_gate
-from hir_pipeline.evaluation.metrics import cluster_usage, ndcg_at_k, nmi, recall_at_k
-from hir_pipeline.evaluation.scoring import EmbeddingScorer, Scorer, evaluate_scorer
+from importlib import import_module
 
-__all__ = ["EmbeddingScorer", "EvalData", "GateDecision", "Scorer", "cluster_usage", "evaluate_scorer",
-           "ndcg_at_k", "nmi", "promotion_gate", "recall_at_k"]
+#: Public name -> submodule. Resolved on first access (PEP 562), so that importing one light
+#: submodule (e.g. a config) does not import torch through this package.
+_EXPORTS = {
+    "EmbeddingScorer": "scoring",
+    "EvalData": "data",
+    "GateDecision": "gate",
+    "Scorer": "scoring",
+    "cluster_usage": "metrics",
+    "evaluate_scorer": "scoring",
+    "ndcg_at_k": "metrics",
+    "nmi": "metrics",
+    "promotion_gate": "gate",
+    "recall_at_k": "metrics",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value

@@ -1,8 +1,25 @@
 """Training loop, collation and inference for the hierarchical graph transformer (torch only)."""
 
-from hir_pipeline.training.collate import augment_view, pack_views, single_node_view
-from hir_pipeline.training.inference import InferenceResult, infer
-from hir_pipeline.training.trainer import Trainer, latest_checkpoint, resolve_device
+from importlib import import_module
 
-__all__ = ["InferenceResult", "Trainer", "augment_view", "infer", "latest_checkpoint", "pack_views",
-           "resolve_device", "single_node_view"]
+#: Public name -> submodule. Resolved on first access (PEP 562), so that importing one light
+#: submodule (e.g. a config) does not import torch through this package.
+_EXPORTS = {
+    "InferenceResult": "inference",
+    "Trainer": "trainer",
+    "augment_view": "collate",
+    "infer": "inference",
+    "latest_checkpoint": "trainer",
+    "pack_views": "collate",
+    "resolve_device": "trainer",
+    "single_node_view": "collate",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
