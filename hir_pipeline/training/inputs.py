@@ -14,11 +14,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hir_pipeline.model.features import NodeFeatures
+if TYPE_CHECKING:  # numpy-only module: Spark jobs and the code location import it without torch
+    from hir_pipeline.model.features import NodeFeatures
 
 #: Engagement pairs: ``(user_idx int64[P], item_idx int64[P], weight float32[P])``.
 Engagement = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -116,6 +117,8 @@ class ModelInputs:
 
     def features(self, id_buckets: int) -> NodeFeatures:
         """The model's :class:`NodeFeatures` (``id_buckets`` = ``ModelConfig.id_buckets``)."""
+        from hir_pipeline.model.features import NodeFeatures
+
         return NodeFeatures.from_arrays(self.entity_ids.tolist(), self.node_type, self.degree_bucket,
                                         self.has_history, id_buckets, self.content, self.has_content,
                                         content_dim=self.content_dim)
