@@ -180,6 +180,14 @@ def _group_starts(sorted_group: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])
 
 
+def _by_slot(slot: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """Stable order of the elements by ``slot`` (after ``order``, if given): a radix sort for batch-sized slots."""
+    if order is None:
+        order = np.arange(len(slot))
+    small = slot[order].astype(np.int16) if len(slot) and slot.max() < 2**15 else slot[order]
+    return order[np.argsort(small, kind="stable")]
+
+
 class SampledViews(NamedTuple):
     """Views of a batch of anchors: view ``b`` is ``nodes[ptr[b]:ptr[b + 1]]`` (anchor first)."""
 
@@ -217,45 +225,46 @@ def sample_batch(
     anchors = np.asarray(anchors, dtype=np.int64)
     b, n = len(anchors), max(graph.num_nodes, 1)
     slots = np.arange(b, dtype=np.int64)
-    parts = {"slot": [slots], "node": [anchors], "hop": [np.zeros(b, np.int64)], "key": [np.zeros(b)],
-             "trunc": [np.zeros(b, dtype=bool)]}
-    visited = np.sort(slots * n + anchors)
-    f_slot, f_node = slots, anchors
     anchor_hash = graph.node_hash[anchors]
+    # one part per hop: (slot, node, key, trunc), each ordered by (slot, key, node_idx)
+    parts = [(slots, anchors, np.zeros(b), np.zeros(b, dtype=bool))]
+    visited = np.sort(slots * n + anchors)
     for hop, k in enumerate(fanout, start=1):
+        f_slot, f_node = parts[-1][0], parts[-1][1]
         if len(f_node) == 0:
             break
         owner, entry = _gather(graph.adj_ptr, f_node)
         c_slot, c_node = f_slot[owner], graph.adj_dst[entry].astype(np.int64)
         # never sample back into the view: a wasted slot, and the node's hop would be ambiguous
         seen, _ = _contains(visited, c_slot * n + c_node)
-        keep = ~seen
-        owner, entry, c_slot, c_node = owner[keep], entry[keep], c_slot[keep], c_node[keep]
-        prefix = hop_prefix(seed, view, anchor_hash, hop)
-        key = sample_keys(prefix[c_slot], graph.node_hash[c_node], graph.adj_w[entry])
-        # per parent (= frontier row): the k smallest (key, node_idx)
-        order = np.lexsort((c_node, key, owner))
-        owner, c_slot, c_node, key = owner[order], c_slot[order], c_node[order], key[order]
+        owner, entry, c_slot, c_node = owner[~seen], entry[~seen], c_slot[~seen], c_node[~seen]
+        key = sample_keys(hop_prefix(seed, view, anchor_hash, hop)[c_slot], graph.node_hash[c_node],
+                          graph.adj_w[entry])
+        # Per parent (= frontier row) the k smallest (key, node_idx). A row holds the parent's candidates in
+        # node order (CSR), so a stable sort of the row by key breaks ties by node_idx; the NaN padding sorts
+        # after every real key (NaN ones included, which thus count as the largest).
         per_parent = np.bincount(owner, minlength=len(f_node))
         first = np.cumsum(per_parent) - per_parent
-        chosen = (np.arange(len(owner)) - first[owner]) < k
-        parent = f_node[owner]
-        trunc = (per_parent[owner] > k) | graph.capped[parent]
-        c_slot, c_node, key, parent, trunc = (a[chosen] for a in (c_slot, c_node, key, parent, trunc))
-        # a node reached from several parents: kept once, smallest (key, parent); flags OR-ed
-        order = np.lexsort((parent, key, c_node, c_slot))
-        c_slot, c_node, key, trunc = c_slot[order], c_node[order], key[order], trunc[order]
-        starts = _group_starts(c_slot * n + c_node)
+        width = int(per_parent.max(initial=0))
+        rows = np.full((len(f_node), width), np.nan)
+        rows[owner, np.arange(len(owner)) - first[owner]] = key
+        top = np.argsort(rows, axis=1, kind="stable")[:, :k]
+        parent, col = np.nonzero(np.arange(top.shape[1]) < per_parent[:, None])
+        pick = first[parent] + top[parent, col]
+        trunc = (per_parent[parent] > k) | graph.capped[f_node[parent]]
+        c_slot, c_node, key = c_slot[pick], c_node[pick], key[pick]
+        # A node kept by several parents: once, with its smallest key; the flags of the dropped copies move onto it.
+        order = np.argsort(c_slot * n + c_node, kind="stable")
+        starts = _group_starts((c_slot * n + c_node)[order])
         if len(starts):
-            trunc = np.logical_or.reduceat(trunc, starts)
-        c_slot, c_node, key = c_slot[starts], c_node[starts], key[starts]
-        for name, arr in (("slot", c_slot), ("node", c_node), ("hop", np.full(len(c_node), hop, np.int64)),
-                          ("key", key), ("trunc", trunc)):
-            parts[name].append(arr)
+            key = np.fmin.reduceat(key[order], starts)
+            trunc = np.logical_or.reduceat(trunc[order], starts)
+        c_slot, c_node = c_slot[order[starts]], c_node[order[starts]]
+        order = _by_slot(c_slot, np.argsort(key, kind="stable"))  # rows are in node order: ties by node_idx
+        parts.append((c_slot[order], c_node[order], key[order], trunc[order]))
         visited = np.sort(np.concatenate([visited, c_slot * n + c_node]))
-        f_slot, f_node = c_slot, c_node
-    slot, node, hop_, key, trunc = (np.concatenate(parts[c]) for c in ("slot", "node", "hop", "key", "trunc"))
-    order = np.lexsort((node, key, hop_, slot))
+    slot, node, trunc = (np.concatenate([p[i] for p in parts]) for i in (0, 1, 3))
+    order = _by_slot(slot)  # parts are hop by hop, each by (slot, key, node): now (slot, hop, key, node)
     slot, node, trunc = slot[order], node[order], trunc[order]
     size = np.bincount(slot, minlength=b)
     pos = np.arange(len(slot)) - (np.cumsum(size) - size)[slot]
@@ -281,21 +290,32 @@ def induced_edges(graph: ViewGraph, views: SampledViews) -> InducedEdges:
     """The connected pairs among each view's nodes, looked up from each member's degree-oriented pair list.
 
     Each undirected pair is stored once, from its lower-degree endpoint, so a hub member costs only its few
-    pairs towards even bigger hubs.
+    pairs towards even bigger hubs. The candidate pairs of the whole batch are gathered at once; membership is
+    then tested per view with a node -> position scratch array (a few numpy calls per view).
     """
-    b, n = len(views.ptr) - 1, max(graph.num_nodes, 1)
-    size = np.diff(views.ptr)
-    member_view = np.repeat(np.arange(b, dtype=np.int64), size)
-    member_pos = np.arange(len(views.nodes)) - views.ptr[member_view]
-    member_key = member_view * n + views.nodes
-    by_key = np.argsort(member_key)
+    b = len(views.ptr) - 1
     owner, entry = _gather(graph.pair_ptr, views.nodes)
-    e_view = member_view[owner]
-    found, at = _contains(member_key[by_key], e_view * n + graph.pair_dst[entry])
-    owner, entry, e_view, at = owner[found], entry[found], e_view[found], at[found]
+    cand_ptr = np.searchsorted(owner, views.ptr)  # candidates of view i: cand_ptr[i]:cand_ptr[i + 1]
+    other = graph.pair_dst[entry]
+    where = np.full(graph.num_nodes, -1, dtype=np.int32)
+    hits, pos_other, counts = [], [], np.zeros(b, dtype=np.int64)
+    for i in range(b):
+        lo, hi = views.ptr[i], views.ptr[i + 1]
+        members = views.nodes[lo:hi]
+        where[members] = np.arange(hi - lo, dtype=np.int32)
+        c_lo, c_hi = cand_ptr[i], cand_ptr[i + 1]
+        p = where[other[c_lo:c_hi]]
+        found = np.flatnonzero(p >= 0)
+        hits.append(found + c_lo)
+        pos_other.append(p[found])
+        counts[i] = len(found)
+        where[members] = -1
+    hit = np.concatenate(hits) if hits else np.zeros(0, dtype=np.int64)
     ptr = np.zeros(b + 1, dtype=np.int64)
-    np.cumsum(np.bincount(e_view, minlength=b), out=ptr[1:])
-    return InducedEdges(ptr, member_pos[owner], member_pos[by_key[at]], graph.pair_fwd[entry], graph.pair_bwd[entry])
+    np.cumsum(counts, out=ptr[1:])
+    src = owner[hit] - np.repeat(views.ptr[:-1], counts)
+    dst = np.concatenate(pos_other).astype(np.int64) if pos_other else np.zeros(0, dtype=np.int64)
+    return InducedEdges(ptr, src, dst, graph.pair_fwd[entry[hit]], graph.pair_bwd[entry[hit]])
 
 
 class ViewRows(NamedTuple):
