@@ -113,12 +113,15 @@ def output_cluster_stats(result: FitResult) -> dict[str, float]:
 
 
 def log_and_register_model(result: FitResult, registered_model: str, day: dt.date) -> str:
-    """Log the EMA teacher with MLflow 3 (``name="model"``), register it; returns the version as a string.
+    """Log the published encoder with MLflow 3 (``name="model"``), register it; returns the version as a string.
 
-    The module is pickled (its forward takes packed views, which the ``pt2`` export format cannot express) with
-    the ``hir_pipeline`` package bundled as code, so it loads without this checkout. Config, teacher centers
-    and parent maps go beside it as ``model_meta.json`` (they are needed to reproduce the cluster
-    probabilities).
+    The logged module is ``result.model``: the network that produced the published embeddings and cluster
+    probabilities (``train_cfg.published_encoder``: the student or the EMA teacher). It is pickled (its forward
+    takes packed views, which the ``pt2`` export format cannot express) with the ``hir_pipeline`` package bundled
+    as code, so it loads without this checkout. Config, which encoder it is, the temperature and centers of its
+    cluster softmax (``centers`` null for the student) and the parent maps go beside it as ``model_meta.json``
+    (they are needed to reproduce the cluster probabilities); the model version is tagged
+    ``hir.published_encoder``.
     """
     import dataclasses
     from importlib.metadata import version as dist_version
@@ -129,6 +132,7 @@ def log_and_register_model(result: FitResult, registered_model: str, day: dt.dat
     import hir_pipeline
 
     model = result.model.cpu()
+    encoder = result.train_cfg.published_encoder
     info = mlflow.pytorch.log_model(
         model,
         name="model",
@@ -136,13 +140,15 @@ def log_and_register_model(result: FitResult, registered_model: str, day: dt.dat
         serialization_format="pickle",
         code_paths=[str(Path(hir_pipeline.__file__).parent)],
         pip_requirements=[f"torch=={dist_version('torch')}", f"numpy=={dist_version('numpy')}"],
-        metadata={"hir.run_date": str(day), "fingerprint": result.fingerprint},
+        metadata={"hir.run_date": str(day), "fingerprint": result.fingerprint, "hir.published_encoder": encoder},
     )
     version = str(info.registered_model_version)
     mlflow.log_dict({
         "model_config": dataclasses.asdict(result.model_cfg),
         "train_config": dataclasses.asdict(result.train_cfg),
-        "centers": [c.tolist() for c in result.centers],
+        "published_encoder": encoder,
+        "temperature": result.temperature,
+        "centers": None if result.centers is None else [c.tolist() for c in result.centers],
         "parent_maps": [m.tolist() for m in result.inference.parent_maps],
         "fingerprint": result.fingerprint,
     }, "model_meta.json")
@@ -150,4 +156,5 @@ def log_and_register_model(result: FitResult, registered_model: str, day: dt.dat
     client = MlflowClient()
     client.set_model_version_tag(registered_model, version, TAG_RUN_DATE, str(day))
     client.set_model_version_tag(registered_model, version, "hir.fingerprint", result.fingerprint)
+    client.set_model_version_tag(registered_model, version, "hir.published_encoder", encoder)
     return version

@@ -1,9 +1,10 @@
 """Train on one graph and embed every node: the torch-only core of the training asset.
 
 :func:`fit_and_embed` = :class:`~hir_pipeline.training.trainer.Trainer` (self-distillation + engagement, epoch
-checkpoints, resume) followed by :func:`~hir_pipeline.training.inference.infer` with the EMA teacher over
-*every* node: nodes without a view (no history, no neighbours) get a one-node view and are embedded from their
-content, type and degree alone.
+checkpoints, resume) followed by :func:`~hir_pipeline.training.inference.infer` with the published encoder
+(``TrainConfig.published_encoder``: the student by default, or the EMA teacher) over *every* node: nodes without a
+view (no history, no neighbours) get a one-node view and are embedded from their content, type and degree alone.
+:attr:`FitResult.model` is that same encoder, so the logged model reproduces the published outputs.
 
 Checkpoints of a run live in one folder together with a ``fingerprint.json`` naming the inputs and settings
 they were trained on (:func:`run_fingerprint`). A later call on the same folder resumes only when the
@@ -48,14 +49,19 @@ class FitResult:
     """Outcome of :func:`fit_and_embed`.
 
     Args:
-        model: the trained EMA teacher (the evaluation model), in eval mode, on the training device.
+        model: the published encoder (``train_cfg.published_encoder``: the student or the EMA teacher) that
+            produced ``inference``, in eval mode, on the training device.
         model_cfg: the model configuration actually used (``content_dim`` / ``num_edge_types`` fitted to the
             inputs, see :func:`resolve_model_config`).
         train_cfg: the training configuration actually used (``checkpoint_dir`` filled in).
         inference: embeddings and per-level cluster probabilities of every node (row = ``node_idx``).
         history: per-epoch metrics of every epoch (including epochs done before a resume).
-        centers: per-level teacher centers ``[K_l]`` subtracted before the cluster softmax (centering target).
-        prototypes: per-level L2-normalised prototypes ``[K_l, out_dim]`` (in the projection head's space).
+        centers: per-level centers ``[K_l]`` subtracted from ``model``'s logits before the cluster softmax (the
+            DINO teacher centers), or ``None`` when none are (the student, or a Sinkhorn-trained teacher).
+        temperature: softmax temperature of the cluster probabilities (``student_temp`` for the student,
+            ``teacher_temp`` for the teacher).
+        prototypes: per-level L2-normalised prototypes ``[K_l, out_dim]`` of ``model`` (in the projection head's
+            space).
         device: the torch device trained on.
         bf16: whether bf16 autocast was used.
         resumed_epochs: epochs loaded from a checkpoint instead of trained by this call.
@@ -69,7 +75,8 @@ class FitResult:
     train_cfg: TrainConfig
     inference: InferenceResult
     history: list[dict[str, Any]]
-    centers: list[np.ndarray]
+    centers: list[np.ndarray] | None
+    temperature: float
     prototypes: list[np.ndarray]
     device: str
     bf16: bool
@@ -95,6 +102,9 @@ def resolve_model_config(model_cfg: ModelConfig, inputs: ModelInputs) -> ModelCo
 def run_fingerprint(inputs: ModelInputs, model_cfg: ModelConfig, train_cfg: TrainConfig,
                     inputs_fingerprint: str | None = None) -> str:
     """Hash of the inputs and every setting that changes the trained model (not device, logging, paths).
+
+    ``published_encoder`` counts although both encoders are trained either way: the fingerprint names the
+    published model (and its MLflow run, whose params must not change on a resume).
 
     Args:
         inputs: the training inputs.
@@ -162,11 +172,14 @@ def fit_and_embed(
     t0 = time.perf_counter()
     inference = trainer.infer(inputs.broad_views)
     infer_time = time.perf_counter() - t0
-    trainer.teacher.train(False)
-    protos = [p.detach().float() for p in trainer.teacher.hierarchy.prototypes]
+    model = trainer.encoder()
+    model.train(False)
+    temperature, centers = trainer.output_calibration()
+    protos = [p.detach().float() for p in model.hierarchy.prototypes]
     return FitResult(
-        model=trainer.teacher, model_cfg=model_cfg, train_cfg=train_cfg, inference=inference,
-        history=list(history), centers=[c.float().reshape(-1).cpu().numpy() for c in trainer.centers()],
+        model=model, model_cfg=model_cfg, train_cfg=train_cfg, inference=inference, history=list(history),
+        centers=None if centers is None else [c.float().reshape(-1).cpu().numpy() for c in centers],
+        temperature=float(temperature),
         prototypes=[(p / p.norm(dim=-1, keepdim=True).clamp_min(1e-12)).cpu().numpy() for p in protos],
         device=str(trainer.device), bf16=trainer.use_bf16, resumed_epochs=done, fingerprint=fingerprint,
         train_time_s=train_time, infer_time_s=infer_time,

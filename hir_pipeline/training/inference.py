@@ -1,4 +1,8 @@
-"""Inference: the published node embedding and per-level cluster probabilities of every node."""
+"""Inference: the published node embedding and per-level cluster probabilities of every node.
+
+Which trained network is published (the student or the EMA teacher) and the calibration of its cluster
+probabilities are chosen by ``Trainer.infer`` / ``Trainer.output_calibration`` (``TrainConfig.published_encoder``).
+"""
 
 from __future__ import annotations
 
@@ -44,15 +48,18 @@ def infer(
     """Embed every node of ``features`` from its view (the broad views are the intended input).
 
     Args:
-        model: trained model (usually the EMA teacher); put in eval mode here and restored afterwards.
+        model: trained model (the published encoder: the student or the EMA teacher); put in eval mode here and
+            restored afterwards.
         features: per-node features of all ``N`` nodes.
         views: at most one view per anchor; nodes without a view get a single-node view.
         batch_size: most views per packed batch.
         pad_to: packed lengths are padded to a multiple of this.
-        temperature: softmax temperature of the cluster probabilities (default ``teacher_temp``).
+        temperature: softmax temperature of the cluster probabilities (default ``teacher_temp``; the student's
+            are calibrated at ``student_temp``).
         max_tokens: most tokens per packed batch (bounds memory together with ``batch_size``).
         centers: per-level DINO teacher centers ``[1, K_l]`` subtracted from the logits before the softmax
-            (``Trainer.centers()``); without them the sharpened argmax favours the globally dominant prototype.
+            (``Trainer.centers()``; teacher only); without them the teacher's sharpened argmax favours the
+            globally dominant prototype.
     """
     cfg = model.cfg
     temperature = cfg.teacher_temp if temperature is None else temperature

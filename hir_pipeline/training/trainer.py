@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from hir_pipeline.model.batch import pack_views
-from hir_pipeline.model.config import ModelConfig, TrainConfig
+from hir_pipeline.model.config import PUBLISHED_ENCODERS, ModelConfig, TrainConfig
 from hir_pipeline.model.distillation import HierarchicalDINOLoss, ema_update, engagement_infonce
 from hir_pipeline.model.features import NodeFeatures
 from hir_pipeline.model.hierarchy import cluster_perplexity, hierarchy_consistency
@@ -60,7 +60,8 @@ def latest_checkpoint(directory: str | os.PathLike | None) -> Path | None:
 
 
 class Trainer:
-    """Trains an :class:`HIRModel` student and its EMA teacher.
+    """Trains an :class:`HIRModel` student and its EMA teacher; :meth:`infer` embeds with the one that is published
+    (``TrainConfig.published_encoder``).
 
     Args:
         model_cfg: model configuration.
@@ -320,19 +321,42 @@ class Trainer:
         return self.history
 
     def centers(self) -> list[torch.Tensor]:
-        """The teacher centers per level (subtracted from the logits before the cluster softmax)."""
+        """The teacher centers per level (subtracted from the teacher logits before the cluster softmax)."""
         return [self.loss_fn.center(lvl).detach().clone() for lvl in range(self.model_cfg.num_levels)]
 
-    def infer(self, views: Sequence[Mapping[str, Any]]):
-        """``infer`` with the EMA teacher and its centers (the DINO evaluation model)."""
+    def encoder(self, which: str | None = None) -> HIRModel:
+        """The student or the EMA teacher (default: ``TrainConfig.published_encoder``)."""
+        which = which or self.cfg.published_encoder
+        if which not in PUBLISHED_ENCODERS:
+            raise ValueError(f"unknown encoder {which!r}; one of {PUBLISHED_ENCODERS}")
+        return self.student if which == "student" else self.teacher
+
+    def output_calibration(self, which: str | None = None) -> tuple[float, list[torch.Tensor] | None]:
+        """``(temperature, centers)`` of the cluster probabilities of the student or the teacher.
+
+        The teacher's are its DINO targets: ``softmax((logits - center) / teacher_temp)`` (no centers with
+        Sinkhorn targets, whose balancing needs a whole batch). The student's are the distribution the DINO loss
+        trains: ``softmax(logits / student_temp)``, uncentred (the centers track the teacher's logits, not the
+        student's; the loss already pulls the student's distribution onto the teacher's centred targets).
+        """
+        which = which or self.cfg.published_encoder
+        self.encoder(which)  # validates
+        if which == "student":
+            return self.model_cfg.student_temp, None
+        centers = self.centers() if self.model_cfg.teacher_target == "centering" else None
+        return self.model_cfg.teacher_temp, centers
+
+    def infer(self, views: Sequence[Mapping[str, Any]], which: str | None = None):
+        """``infer`` with the published encoder (or ``which``: ``"student"`` / ``"teacher"``) and its
+        calibration (:meth:`output_calibration`)."""
         from hir_pipeline.training.inference import infer
 
-        centers = self.centers() if self.model_cfg.teacher_target == "centering" else None
-        return infer(self.teacher, self.features, views, batch_size=self.cfg.infer_batch_size,
-                     pad_to=self.cfg.pad_to, centers=centers)
+        temperature, centers = self.output_calibration(which)
+        return infer(self.encoder(which), self.features, views, batch_size=self.cfg.infer_batch_size,
+                     pad_to=self.cfg.pad_to, temperature=temperature, centers=centers)
 
     def consistency(self, views: Sequence[Mapping[str, Any]]) -> list[float]:
-        """Hierarchy consistency (see ``hierarchy_consistency``) of the teacher on ``views``."""
+        """Hierarchy consistency (see ``hierarchy_consistency``) of the published encoder on ``views``."""
         res = self.infer(views)
         return hierarchy_consistency([torch.from_numpy(p) for p in res.probs], [torch.from_numpy(m)
                                                                              for m in res.parent_maps])

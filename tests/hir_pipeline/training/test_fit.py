@@ -1,4 +1,5 @@
-"""fit_and_embed: every node embedded, fixed seed = identical results on CPU, resume, stale checkpoints."""
+"""fit_and_embed: every node embedded, fixed seed = identical results on CPU, resume, stale checkpoints, the
+published encoder."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from hir_pipeline.contracts import ENTITY_TYPES
 from hir_pipeline.model import ModelConfig, TrainConfig
 from hir_pipeline.training.fit import FINGERPRINT_FILE, fit_and_embed
+from hir_pipeline.training.inference import infer
 from hir_pipeline.training.inputs import ModelInputs
 from hir_pipeline.training.toy import make_toy_graph
 
@@ -59,7 +61,8 @@ def test_every_node_embedded_and_seed_reproducible(inputs, straight, tmp_path):
     assert straight.model_cfg.content_dim == 8 and straight.model_cfg.num_edge_types == 10  # fitted to the data
     assert straight.device == "cpu" and not straight.bf16 and straight.resumed_epochs == 0
     assert [h["epoch"] for h in straight.history] == [0, 1] and "perplexity_level_1" in straight.final_metrics
-    assert [p.shape for p in straight.prototypes] == [(2, 8), (4, 8)] and len(straight.centers) == 2
+    assert [p.shape for p in straight.prototypes] == [(2, 8), (4, 8)]
+    assert straight.centers is None and straight.temperature == MODEL.student_temp  # the student is published
 
     again = fit_and_embed(inputs, MODEL, TRAIN, tmp_path / "again")
     np.testing.assert_array_equal(again.inference.embeddings, res.embeddings)
@@ -67,6 +70,30 @@ def test_every_node_embedded_and_seed_reproducible(inputs, straight, tmp_path):
         np.testing.assert_array_equal(a, b)
     other = fit_and_embed(inputs, MODEL, dataclasses.replace(TRAIN, seed=6), tmp_path / "other")
     assert not np.allclose(other.inference.embeddings, res.embeddings)
+
+
+def test_published_encoder_is_the_returned_model_and_produced_the_outputs(inputs, straight, tmp_path):
+    """The student (default) and the teacher run train the same networks; each publishes its own outputs, and
+    ``FitResult.model`` (what the asset logs to MLflow) with its temperature and centers reproduces them."""
+    teacher = fit_and_embed(inputs, MODEL, dataclasses.replace(TRAIN, published_encoder="teacher"), tmp_path)
+    assert straight.train_cfg.published_encoder == "student" and teacher.train_cfg.published_encoder == "teacher"
+    assert teacher.fingerprint != straight.fingerprint
+    assert [h["loss"] for h in teacher.history] == [h["loss"] for h in straight.history]  # same training
+    assert not np.allclose(teacher.inference.embeddings, straight.inference.embeddings, atol=1e-3)
+    assert len(teacher.centers) == 2 and teacher.temperature == MODEL.teacher_temp
+    for res in (straight, teacher):
+        assert not res.model.training
+        features = inputs.features(res.model_cfg.id_buckets)
+        centers = None if res.centers is None else [torch.from_numpy(c) for c in res.centers]
+        again = infer(res.model, features, inputs.broad_views, pad_to=TRAIN.pad_to, temperature=res.temperature,
+                      centers=centers)
+        np.testing.assert_allclose(again.embeddings, res.inference.embeddings, atol=1e-6)
+        for a, b in zip(again.probs, res.inference.probs, strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-6)
+        for proto, published in zip(res.model.hierarchy.prototypes, res.prototypes, strict=True):
+            np.testing.assert_allclose(torch.nn.functional.normalize(proto.detach(), dim=-1).numpy(), published,
+                                       atol=1e-6)
+    assert not np.allclose(teacher.prototypes[1], straight.prototypes[1], atol=1e-4)
 
 
 class _Crash(RuntimeError):

@@ -1,12 +1,16 @@
-"""Training loop: determinism, checkpoint/resume equivalence, learning on a planted toy graph, inference."""
+"""Training loop: determinism, checkpoint/resume equivalence, learning on a planted toy graph, inference (of the
+published encoder)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
 
 from hir_pipeline.model import ModelConfig, TrainConfig
+from hir_pipeline.model.batch import pack_views
 from hir_pipeline.training import Trainer, augment_view, infer, latest_checkpoint
 from hir_pipeline.training.toy import make_toy_graph
 
@@ -92,6 +96,46 @@ def test_infer_embeds_every_node(toy):
     np.testing.assert_allclose(res.embeddings, again.embeddings, atol=1e-5)
     centred = trainer.infer(toy.broad_views)
     assert centred.embeddings.shape == (n, MODEL.out_dim)
+
+
+def test_published_encoder_selects_the_network_and_its_calibration(toy):
+    """``published_encoder`` picks the student (default) or the EMA teacher for the embedding *and* the cluster
+    probabilities: each equals that network's own forward (student: softmax(logits / student_temp), uncentred;
+    teacher: softmax((logits - center) / teacher_temp)); after a few steps the two differ."""
+    cfg = TrainConfig(epochs=2, batch_size=8, engagement_batch_size=8, lr=3e-3, warmup_steps=2, log_every=0,
+                      pad_to=16, seed=7)
+    assert cfg.published_encoder == "student"
+    trainer = Trainer(MODEL, cfg, toy.features, toy.broad_views, toy.narrow_views, toy.engagement)
+    trainer.fit()
+    assert trainer.encoder() is trainer.student and trainer.encoder("teacher") is trainer.teacher
+    views = toy.broad_views
+    got = {"student": trainer.infer(views), "teacher": trainer.infer(views, which="teacher")}
+    assert not np.allclose(got["student"].embeddings, got["teacher"].embeddings, atol=1e-3)
+    assert not np.allclose(got["student"].probs[1], got["teacher"].probs[1], atol=1e-3)
+
+    batch = pack_views(views[:5], pad_to=16, max_dist=MODEL.max_dist)
+    rows = [int(v["anchor_idx"]) for v in views[:5]]
+    centers = trainer.centers()
+    for which, model in (("student", trainer.student), ("teacher", trainer.teacher)):
+        was_training = model.training
+        model.train(False)
+        with torch.no_grad():
+            out = model(batch, trainer.features)
+        model.train(was_training)
+        np.testing.assert_allclose(got[which].embeddings[rows], out.embedding.numpy(), atol=1e-5)
+        for lvl, logits in enumerate(out.logits):
+            if which == "student":
+                expected = torch.softmax(logits / MODEL.student_temp, -1)
+            else:
+                expected = torch.softmax((logits - centers[lvl]) / MODEL.teacher_temp, -1)
+            np.testing.assert_allclose(got[which].probs[lvl][rows], expected.numpy(), atol=1e-5)
+    assert trainer.student.training  # inference restores the training mode
+
+    trainer.cfg = dataclasses.replace(trainer.cfg, published_encoder="teacher")
+    assert trainer.encoder() is trainer.teacher
+    np.testing.assert_array_equal(trainer.infer(views).embeddings, got["teacher"].embeddings)
+    with pytest.raises(ValueError, match="published_encoder"):
+        TrainConfig(published_encoder="ema")
 
 
 def test_augment_view_keeps_anchor_and_symmetry(toy):
