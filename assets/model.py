@@ -4,7 +4,8 @@
 current ``content_embeddings`` snapshot (each at an explicit Delta version, logged to MLflow; the content table
 holds one current snapshot, so an old date re-run reads today's vectors), collects them to the driver
 (:mod:`spark_jobs.model_inputs`), trains with :func:`hir_pipeline.training.fit.fit_and_embed` (CUDA + bf16 when
-present, else CPU) and writes
+present, else CPU), logs and registers the published encoder (``published_encoder``: the student by default, or
+the EMA teacher; the same network embeds the nodes) and writes
 
 * ``model_outputs`` - one row per node: L2-normalised embedding, top-1 cluster and its probability per level;
 * ``model_hierarchy`` - one row per prototype, with its parent cluster;
@@ -24,6 +25,7 @@ import logging
 import shutil
 import time
 from pathlib import Path
+from typing import Literal
 
 import dagster as dg
 from pydantic import Field
@@ -64,7 +66,7 @@ MODEL_FIELDS = ("hidden_dim", "num_layers", "num_heads", "mlp_ratio", "out_dim",
                 "attn_block_size", "attention_backend")
 TRAIN_FIELDS = ("epochs", "batch_size", "engagement_batch_size", "lr", "min_lr", "warmup_steps", "weight_decay",
                 "grad_clip", "ema_momentum", "ema_momentum_end", "seed", "device", "bf16", "log_every", "pad_to",
-                "infer_batch_size")
+                "infer_batch_size", "published_encoder")
 
 
 class TrainingConfig(dg.Config):
@@ -84,9 +86,10 @@ class TrainingConfig(dg.Config):
                           "keep equal to the graph's max_dist.")
     num_edge_types: int = Field(_M.num_edge_types, description="Edge-type vocabulary size; raised automatically "
                                 "when the graph has more edge types.")
-    student_temp: float = Field(_M.student_temp, description="DINO student softmax temperature.")
-    teacher_temp: float = Field(_M.teacher_temp, description="DINO teacher temperature (sharpening) and the "
-                                "temperature of the published cluster probabilities.")
+    student_temp: float = Field(_M.student_temp, description="DINO student softmax temperature (and that of the "
+                                "published cluster probabilities when published_encoder is 'student').")
+    teacher_temp: float = Field(_M.teacher_temp, description="DINO teacher temperature (sharpening; and that of "
+                                "the published cluster probabilities when published_encoder is 'teacher').")
     center_momentum: float = Field(_M.center_momentum, description="EMA momentum of the teacher center.")
     teacher_target: str = Field(_M.teacher_target, description="'centering' (DINO) or 'sinkhorn' (balanced).")
     sinkhorn_iters: int = Field(_M.sinkhorn_iters, description="Sinkhorn-Knopp iterations.")
@@ -123,6 +126,12 @@ class TrainingConfig(dg.Config):
     log_every: int = Field(_T.log_every, description="Log progress every this many steps (0: per epoch only).")
     pad_to: int = Field(_T.pad_to, description="Packed sequence lengths are padded to a multiple of this.")
     infer_batch_size: int = Field(_T.infer_batch_size, description="Views per inference batch.")
+    published_encoder: Literal["student", "teacher"] = Field(
+        _T.published_encoder, description="Which trained network is published (embeddings, cluster probabilities, "
+        "the MLflow model): 'student' or the EMA 'teacher'. DINO publishes the teacher, which wins after a long "
+        "schedule; after a short CPU one it lags the student (MovieLens, config/cpu_sample.yaml, 184 steps: "
+        "Recall@20 warm/cold 0.132/0.138 teacher vs 0.174/0.217 student). The student's cluster probabilities are "
+        "softmax(logits / student_temp), uncentred; the teacher's softmax((logits - center) / teacher_temp).")
     # -- inputs
     funnel: list[str] = Field(list(DEFAULT_FUNNEL), description="Event types, shallow to deep (as in the graph).")
     engagement_weights: list[float] | None = Field(None, description="Weight of an engaged pair per funnel stage "
@@ -312,7 +321,8 @@ def interest_model(
         train_time = float(sum(h["epoch_time_s"] for h in result.history))
         mlf.log_metrics({**stats, "train_time_s": train_time, "infer_time_s": result.infer_time_s,
                          "collect_inputs_s": collect_s})
-        context.log.info(f"Trained on {result.device} (bf16={result.bf16}); logging and registering the model")
+        context.log.info(f"Trained on {result.device} (bf16={result.bf16}); logging and registering the "
+                         f"{result.train_cfg.published_encoder} (the published encoder)")
         model_version = log_and_register_model(result, mlflow.registered_model, day)
 
         res = result.inference
@@ -356,6 +366,7 @@ def interest_model(
         "infer_time_s": result.infer_time_s,
         "collect_inputs_s": collect_s,
         "fingerprint": fingerprint,
+        "published_encoder": result.train_cfg.published_encoder,
         "model_outputs_path": dg.MetadataValue.path(lake.path("model_outputs")),
         "model_hierarchy_path": dg.MetadataValue.path(lake.path("model_hierarchy")),
     })

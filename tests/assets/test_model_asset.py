@@ -10,13 +10,14 @@ import sys
 
 import dagster as dg
 import numpy as np
+import pydantic
 import pytest
 from pyspark.sql import functions as F
 
 # build_views runs a pandas UDF: Python workers must run this interpreter (numpy); read at SparkContext start.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from assets.model import checkpoint_dir, interest_model  # noqa: E402
+from assets.model import TRAIN_FIELDS, TrainingConfig, checkpoint_dir, interest_model  # noqa: E402
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES, MODEL_HIERARCHY_DDL, MODEL_OUTPUTS_DDL  # noqa: E402
 from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
 from spark_jobs.delta_io import read_table, replace_where  # noqa: E402
@@ -102,6 +103,14 @@ def first_run(spark, model_lake):
     return {"meta": {k: v.value for k, v in meta.items()}, "embeddings": emb, "log": log}
 
 
+def test_published_encoder_is_validated_config():
+    assert TrainingConfig().to_train_config().published_encoder == "student"
+    assert TrainingConfig(published_encoder="teacher").to_train_config().published_encoder == "teacher"
+    assert "published_encoder" in TRAIN_FIELDS  # passed on, and logged as the param train.published_encoder
+    with pytest.raises(pydantic.ValidationError):
+        TrainingConfig(published_encoder="ema")
+
+
 @pytest.mark.slow
 def test_materialize_tracks_registers_and_writes_tables(spark, model_lake, first_run):
     meta = first_run["meta"]
@@ -121,6 +130,14 @@ def test_materialize_tracks_registers_and_writes_tables(spark, model_lake, first
     assert all('"delta_table_version": "0"' in d.source for d in inputs.values())
     mv = client.get_model_version(model_lake["mlflow"].registered_model, version)
     assert mv.run_id == run_id and mv.tags["hir.run_date"] == RUN_DATE
+    # the student is published by default: logged as a param, on the version, and in model_meta.json
+    assert run.data.params["train.published_encoder"] == "student" and meta["published_encoder"] == "student"
+    assert mv.tags["hir.published_encoder"] == "student"
+    import mlflow
+
+    model_meta = mlflow.artifacts.load_dict(f"runs:/{run_id}/model_meta.json")
+    assert model_meta["published_encoder"] == model_meta["train_config"]["published_encoder"] == "student"
+    assert model_meta["centers"] is None and model_meta["temperature"] == model_meta["model_config"]["student_temp"]
 
     outputs = _outputs(spark, model_lake)
     assert outputs.schema.simpleString() == spark.createDataFrame([], MODEL_OUTPUTS_DDL).schema.simpleString()
@@ -139,8 +156,6 @@ def test_materialize_tracks_registers_and_writes_tables(spark, model_lake, first
     assert all(r.parent_cluster_id in (0, 1) for r in protos if r.level == 1)
     assert meta["epochs"] == 2 and meta["dagster/row_count"] == model_lake["n_nodes"] and meta["device"] == "cpu"
     assert not checkpoint_dir(DAY).exists()  # removed after success
-
-    import mlflow
 
     model = mlflow.pytorch.load_model(f"models:/{model_lake['mlflow'].registered_model}/{version}")
     level1 = sorted((r for r in protos if r.level == 1), key=lambda r: r.cluster_id)

@@ -1,15 +1,19 @@
-"""The code location loads, with every group, the nightly job and its schedule."""
+"""The code location loads, with every group, the nightly job and its schedule; the CPU sample config is valid."""
 
 from __future__ import annotations
 
 import datetime as dt
 import warnings
+from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from assets.partitions import daily_partitions
+from hir_pipeline.cli import load_run_config
 from hir_pipeline.definitions import NIGHTLY_JOB, build_definitions, defs
+
+SAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "config" / "cpu_sample.yaml"
 
 
 def test_definitions_load_and_validate():
@@ -52,6 +56,24 @@ def test_graph_settings_are_one_resource_shared_by_the_graph_assets_and_the_eval
                   {"evaluation_report": {"config": {"graph": {"seed": 1}}}}):
         with pytest.raises(dg.DagsterInvalidConfigError):
             dg.validate_run_config(job, {"ops": stale})
+
+
+def test_cpu_sample_config_validates_against_the_nightly_job():
+    """config/cpu_sample.yaml, loaded as ``hir materialize --config`` loads it, is valid run config of the nightly
+    job; it publishes the student, and a value other than student / teacher is rejected at launch."""
+    job = defs.resolve_job_def(NIGHTLY_JOB)
+    config = load_run_config(str(SAMPLE_CONFIG), job)
+    assert set(config["ops"]) == {"interest_model", "evaluation_report"}
+    assert dg.validate_run_config(job, config)
+    ops = config["ops"]
+    for settings in (ops["interest_model"]["config"], ops["evaluation_report"]["config"]["training"]):
+        assert settings["published_encoder"] == "student"
+        settings["published_encoder"] = "teacher"
+        assert dg.validate_run_config(job, config)
+        settings["published_encoder"] = "ema"
+        with pytest.raises(dg.DagsterInvalidConfigError, match="published_encoder"):
+            dg.validate_run_config(job, config)
+        settings["published_encoder"] = "student"
 
 
 def test_definitions_use_no_deprecated_dagster_api():
