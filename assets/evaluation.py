@@ -5,8 +5,9 @@ per-user temporal hold-out, deep-funnel targets, a seeded share of cold items wh
 rebuilds the graph and its views from the training events only (with the graph assets' settings: the shared
 ``graph_settings`` resource), trains HIR on it with the production settings
 (the ``model_meta.json`` of the run date's training run when there is one, else this asset's ``training``
-config), and scores HIR and the baselines (popularity, ALS, LightGCN, content-only) on the same targets
-(:func:`spark_jobs.evaluation.evaluate_run`). Results go to
+config), and scores HIR (by the encoder those settings publish, ``published_encoder``: a training run that
+predates the choice published the teacher) and the baselines (popularity, ALS, LightGCN, content-only) on the
+same targets (:func:`spark_jobs.evaluation.evaluate_run`). Results go to
 
 * the Delta table ``evaluation_metrics`` (the run date's rows replaced on a re-run),
 * MLflow metrics ``eval.<method>.<split>.<metric>`` plus the comparison table and plot, on the training run of
@@ -119,6 +120,7 @@ def hir_configs(config: EvaluationConfig, logged: tuple[dict, dict] | None) -> t
         known_m, known_t = {f.name for f in fields(ModelConfig)}, {f.name for f in fields(TrainConfig)}
         model_cfg = ModelConfig(**{k: tuple(v) if k == "level_sizes" else v
                                    for k, v in model_d.items() if k in known_m})
+        train_d = {"published_encoder": "teacher", **train_d}  # logged before the choice existed: the teacher
         train_cfg = TrainConfig(**{k: v for k, v in train_d.items() if k in known_t and k != "checkpoint_dir"})
         source = "training run of the date (model_meta.json)"
     else:
@@ -163,7 +165,8 @@ def evaluation_report(
     model_version = train_run.data.tags["hir.model_version"] if train_run else NO_MODEL_VERSION
     model_cfg, train_cfg, cfg_source = hir_configs(
         config, production_configs(client, train_run) if train_run else None)
-    context.log.info(f"Evaluating {day} for model version {model_version}; HIR settings from {cfg_source}")
+    context.log.info(f"Evaluating {day} for model version {model_version} ({train_cfg.published_encoder} "
+                     f"published); HIR settings from {cfg_source}")
 
     bronze = {t: read_table(session, lake.path(t)) for t in ("entities", "relations", "events")}
     content = None
@@ -198,7 +201,8 @@ def evaluation_report(
     table_md = comparison_table(rows, config.k, note=outcome.split.note)
     plot = comparison_plot(rows, config.k)
     details = {**outcome.details, "data": outcome.data_summary, "seconds": outcome.seconds,
-               "hir_fit": outcome.fit_metrics, "hir_settings_from": cfg_source, "model_version": model_version}
+               "hir_fit": outcome.fit_metrics, "hir_settings_from": cfg_source, "model_version": model_version,
+               "hir_published_encoder": train_cfg.published_encoder}
     run = train_run or evaluation_run(client, experiment_id, str(day))
     n_logged = log_evaluation(client, run.info.run_id, rows, table_md, plot, details,
                               int(dt.datetime.combine(day, dt.time(), dt.UTC).timestamp() * 1000))

@@ -3,6 +3,7 @@ run date's training run, comparison metadata, and the promotion gate moving (or 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import os
@@ -17,10 +18,12 @@ from pyspark.sql import functions as F
 # build_views runs a pandas UDF: Python workers must run this interpreter (numpy); read at SparkContext start.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from assets.evaluation import GATE_CHECK, evaluation_report  # noqa: E402
+from assets.evaluation import GATE_CHECK, EvaluationConfig, evaluation_report, hir_configs  # noqa: E402
 from assets.evaluation_tracking import CHAMPION_ALIAS, metric_name  # noqa: E402
+from assets.model import TrainingConfig  # noqa: E402
 from assets.model_tracking import TAG_MODEL_VERSION, TAG_RUN_DATE  # noqa: E402
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES  # noqa: E402
+from hir_pipeline.model.config import ModelConfig, TrainConfig  # noqa: E402
 from resources import GraphSettingsResource  # noqa: E402
 from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
 from spark_jobs.delta_io import read_table  # noqa: E402
@@ -120,6 +123,20 @@ def test_writes_every_method_and_split_to_delta_and_mlflow(spark, eval_lake, fir
     assert meta["comparison"].startswith("| method |") and "| lightgcn |" in meta["comparison"]
     assert meta["plot"].startswith("![comparison](data:image/png;base64,")
     assert meta["dagster/row_count"] == len(rows)
+    assert meta["details"]["hir_published_encoder"] == "student"  # the training run logged no config: the default
+
+
+def test_hir_configs_evaluate_the_encoder_the_training_run_published():
+    config = EvaluationConfig(training=TrainingConfig(**CONFIG["training"]))
+    model_d, train_d = dataclasses.asdict(ModelConfig()), dataclasses.asdict(TrainConfig(epochs=3))
+    for published in ("student", "teacher"):
+        _, train, source = hir_configs(config, (model_d, {**train_d, "published_encoder": published}))
+        assert train.published_encoder == published and train.epochs == 3 and "model_meta.json" in source
+    legacy = {k: v for k, v in train_d.items() if k != "published_encoder"}
+    assert hir_configs(config, (model_d, legacy))[1].published_encoder == "teacher"  # all a run could publish then
+    assert hir_configs(config, None)[1].published_encoder == "student"
+    teacher = EvaluationConfig(training=TrainingConfig(**CONFIG["training"], published_encoder="teacher"))
+    assert hir_configs(teacher, None)[1].published_encoder == "teacher"
 
 
 def test_gate_fails_against_a_better_champion_and_keeps_it(eval_lake, first):
