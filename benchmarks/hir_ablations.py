@@ -6,22 +6,26 @@ temporal hold-out, deep-funnel targets, seeded cold items; graph and views rebui
 pickle, then trains one HIR model per variant with torch only and scores it like the asset (Recall@K of the dot
 product of the published, L2-normalised embeddings; warm and cold items). Variants (``--variants``):
 
-* ``full``            -- the configuration given (``--set`` overrides on top of the CPU sample config),
+* ``full``            -- the configuration given (``--set`` overrides on top of ``config/cpu_sample.yaml``'s
+  ``interest_model`` settings),
 * ``no_distillation`` -- ``distillation_weight = 0`` (engagement objective only),
 * ``no_content``      -- ``use_content = False`` (IDs, types, degrees and structure only),
 * ``no_structure``    -- ``structural_bias = False`` (plain attention within each view),
 * ``one_level``       -- a single level of prototypes (the finest),
 * ``no_logq``         -- ``engagement_logq = False`` (no in-batch sampling correction).
 
-The teacher (EMA) is the published model; the student's recall is printed beside it. Prints a table; with
-``--json PATH`` writes a list of ``{"variant", "warm_recall", "cold_recall", "student_warm_recall",
-"student_cold_recall", "train_s"}``.
+Both trained networks are scored, each embedded by ``Trainer.infer`` as the asset embeds the published one;
+``warm_recall`` / ``cold_recall`` are those of the published encoder (``published_encoder``, the student unless
+``--set published_encoder=teacher``), ``teacher_*`` / ``student_*`` those of each. Prints a table; with
+``--json PATH`` writes a list of ``{"variant", "published", "warm_recall", "cold_recall", "teacher_warm_recall",
+"teacher_cold_recall", "student_warm_recall", "student_cold_recall", "train_s"}``.
 
 The lake must hold the bronze tables and ``content_embeddings`` of the run date (e.g. after
 ``scripts/quickstart.sh``: ``--lake .hir/lake --run-date 1998-04-22`` for MovieLens).
 
 Usage: ``python benchmarks/hir_ablations.py --lake DIR --run-date D [--epochs 8] [--variants full,no_content]
-[--set key=value ...] [--cache PATH] [--json PATH]``
+[--set key=value ...] [--cache PATH] [--json PATH]`` (``--lake`` / ``--run-date`` may be left out once ``--cache``
+holds the prepared split)
 """
 
 from __future__ import annotations
@@ -47,9 +51,21 @@ VARIANTS = {
     "one_level": {"level_sizes": None},  # filled with the finest level of the base config
     "no_logq": {"engagement_logq": False},
 }
-#: The CPU sample model (config/cpu_sample.yaml) with a schedule that lets the EMA teacher catch up.
-BASE = {"hidden_dim": 64, "num_layers": 2, "num_heads": 4, "out_dim": 64, "batch_size": 128, "warmup_steps": 10,
-        "log_every": 0, "device": "cpu"}
+SAMPLE_CONFIG = Path(__file__).resolve().parents[1] / "config" / "cpu_sample.yaml"
+#: Settings on top of the CPU sample config: quiet, on CPU.
+QUIET = {"log_every": 0, "device": "cpu"}
+ENCODERS = ("teacher", "student")
+
+
+def sample_settings(path: Path = SAMPLE_CONFIG) -> dict:
+    """The ``interest_model`` settings of ``config/cpu_sample.yaml`` that are ModelConfig / TrainConfig fields."""
+    import yaml
+
+    from hir_pipeline.model.config import ModelConfig, TrainConfig
+
+    known = {f.name for cls in (ModelConfig, TrainConfig) for f in dataclasses.fields(cls)}
+    config = (yaml.safe_load(path.read_text()) or {})["ops"]["interest_model"]["config"]
+    return {k: v for k, v in config.items() if k in known}
 
 
 def prepare(lake: str, day: dt.date) -> dict:
@@ -76,13 +92,13 @@ def prepare(lake: str, day: dt.date) -> dict:
 
 
 def run_variant(prepared: dict, overrides: dict, k: int) -> dict:
-    """Train one model on the prepared split and return teacher and student Recall@k."""
+    """Train one model on the prepared split and return the published encoder's, the teacher's and the student's
+    Recall@k."""
     import torch
 
     from hir_pipeline.evaluation.scoring import EmbeddingScorer, evaluate_scorer
     from hir_pipeline.model.config import ModelConfig, TrainConfig
     from hir_pipeline.training.fit import resolve_model_config
-    from hir_pipeline.training.inference import infer
     from hir_pipeline.training.trainer import Trainer
 
     data, inputs = prepared["data"], prepared["inputs"]
@@ -102,14 +118,16 @@ def run_variant(prepared: dict, overrides: dict, k: int) -> dict:
     trainer.fit()
     train_s = time.perf_counter() - t0
     ids = [str(e) for e in inputs.entity_ids]
-    out = {"train_s": round(train_s, 1)}
-    for who, model in (("", trainer.teacher), ("student_", trainer.student)):
-        emb = infer(model, features, inputs.broad_views, batch_size=train_cfg.infer_batch_size,
-                    pad_to=train_cfg.pad_to).embeddings
+    per_encoder = {}
+    for who in ENCODERS:
+        emb = trainer.infer(inputs.broad_views, which=who).embeddings
         got = evaluate_scorer(EmbeddingScorer.from_lookup(data, ids, emb), data, k)
         for split, metrics in got.items():
-            out[f"{who}{split}_recall"] = round(metrics[f"recall_at_{k}"], 4)
-    return out
+            per_encoder[f"{who}_{split}_recall"] = round(metrics[f"recall_at_{k}"], 4)
+    published = train_cfg.published_encoder
+    return {"published": published,
+            **{f"{s}_recall": per_encoder.get(f"{published}_{s}_recall", float("nan")) for s in ("warm", "cold")},
+            **per_encoder, "train_s": round(train_s, 1)}
 
 
 def _value(text: str):
@@ -121,8 +139,10 @@ def _value(text: str):
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lake", required=True, help="lake root holding bronze tables and content_embeddings")
-    p.add_argument("--run-date", required=True, type=dt.date.fromisoformat)
+    p.add_argument("--lake", help="lake root holding bronze tables and content_embeddings (not needed when --cache "
+                   "exists)")
+    p.add_argument("--run-date", type=dt.date.fromisoformat, help="run date of the split (not needed when --cache "
+                   "exists)")
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated among {', '.join(VARIANTS)}")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -136,6 +156,8 @@ def main() -> None:
     if args.cache and args.cache.exists():
         prepared = pickle.loads(args.cache.read_bytes())
     else:
+        if args.lake is None or args.run_date is None:
+            p.error("--lake and --run-date are required unless --cache names an existing prepared split")
         prepared = prepare(args.lake, args.run_date)
         if args.cache:
             args.cache.write_bytes(pickle.dumps(prepared))
@@ -143,7 +165,8 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-    base = {**BASE, "epochs": args.epochs, **{k: _value(v) for k, v in (s.split("=", 1) for s in args.set)}}
+    base = {**sample_settings(), **QUIET, "epochs": args.epochs,
+            **{k: _value(v) for k, v in (s.split("=", 1) for s in args.set)}}
     rows = []
     for name in args.variants.split(","):
         if name not in VARIANTS:
@@ -157,7 +180,8 @@ def main() -> None:
         rows.append({"variant": name, **got})
         print(json.dumps(rows[-1]), flush=True)
     print(f"\nsplit: {prepared.get('note', '')}; settings: {json.dumps(base)}")
-    cols = ["variant", "warm_recall", "cold_recall", "student_warm_recall", "student_cold_recall", "train_s"]
+    cols = ["variant", "published", "warm_recall", "cold_recall", "teacher_warm_recall", "teacher_cold_recall",
+            "student_warm_recall", "student_cold_recall", "train_s"]
     print(" | ".join(f"{c:>20}" for c in cols))
     for r in rows:
         print(" | ".join(f"{r.get(c, float('nan'))!s:>20}" for c in cols))
