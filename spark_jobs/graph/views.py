@@ -104,9 +104,10 @@ def sampling_adjacency(nodes: DataFrame, edges: DataFrame, config: GraphConfig) 
         ``src_idx, dst_idx, dst_h (hash of the neighbour's entity id), w, capped (src had more than
         hub_cap neighbours)``.
     """
-    pairs = edges.where(F.col("src_idx") != F.col("dst_idx")).groupBy("src_idx", "dst_idx").agg(
-        F.sum("weight").alias("w")
-    )
+    # One shuffle: partitioned by src, the (src, dst) aggregation and the per-src window need no other.
+    pairs = edges.where(F.col("src_idx") != F.col("dst_idx")).repartition("src_idx").groupBy(
+        "src_idx", "dst_idx"
+    ).agg(F.sum("weight").alias("w"))
     h = _node_hashes(nodes)
     pairs = pairs.join(h.select(F.col("node_idx").alias("src_idx"), F.col("nh").alias("src_h")), "src_idx").join(
         h.select(F.col("node_idx").alias("dst_idx"), F.col("nh").alias("dst_h")), "dst_idx"
