@@ -42,6 +42,7 @@ from spark_jobs.graph import (
     checks,
     update_views,
 )
+from spark_jobs.graph.sampling import SAMPLER_VERSION
 
 GROUP = "graph"
 BRONZE_DEPS = [dg.AssetKey("entities"), dg.AssetKey("relations"), dg.AssetKey("events")]
@@ -75,13 +76,14 @@ class GraphViewsRunConfig(GraphRunConfig):
 
 
 def views_fingerprint(config: GraphConfig) -> str:
-    """Hash of the settings that shape a view given the graph (sampling, caps, truncation).
+    """Hash of the settings that shape a view given the graph (sampling, caps, truncation, sampler version).
 
     Edge-level settings (weights, half life, lookback, funnel) are left out on purpose: their effect shows up in
     the edges, which the increment diffs directly.
     """
     fields = {"broad_fanout": config.broad_fanout, "narrow_fanout": config.narrow_fanout, "max_dist": config.max_dist,
-              "max_view_nodes": config.max_view_nodes, "hub_cap": config.hub_cap, "seed": config.seed}
+              "max_view_nodes": config.max_view_nodes, "hub_cap": config.hub_cap, "seed": config.seed,
+              "sampler": SAMPLER_VERSION}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -22,6 +22,11 @@ import numpy as np
 
 from spark_jobs.graph.structure import view_structure
 
+#: Version of the sampling scheme (hashes, keys, tie-breaking). Part of the ``graph_views`` settings fingerprint
+#: (``assets.graph.views_fingerprint``): views drawn by another version differ, so an increment must not carry them
+#: over next to freshly sampled ones.
+SAMPLER_VERSION = "splitmix64-es-1"
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
@@ -76,8 +81,9 @@ def sample_keys(prefix: np.ndarray, neighbour_hash: np.ndarray, weight: np.ndarr
 class ViewGraph:
     """The graph the views are drawn from, as CSR arrays over ``node_idx`` in ``0..N-1``.
 
-    Memory: ``17 N`` bytes of node arrays, 12 bytes per sampling-adjacency entry (at most ``N * hub_cap``)
-    and 6 to 12 bytes per undirected connected pair, plus two ``8 (N + 1)`` offset arrays.
+    Memory: ``10 N`` bytes of node arrays, 12 bytes per sampling-adjacency entry (at most ``N * hub_cap``)
+    and 6 bytes per undirected connected pair (12 if edge type ids exceed 255), plus two ``8 (N + 1)`` offset
+    arrays.
 
     Attributes:
         node_hash: ``xxhash64(entity_id)`` of every node (``int64``).

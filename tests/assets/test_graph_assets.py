@@ -162,13 +162,17 @@ def test_rerun_of_a_date_replaces_it_and_equals_a_full_build(spark, next_day):
     assert view_rows(spark, resources, RUN_DATE) == previous_day  # other dates untouched
 
 
-def test_other_view_settings_block_the_increment(spark, next_day):
+def test_other_view_settings_block_the_increment(spark, next_day, monkeypatch):
     lake, day, prev = next_day.resources["lake"], dt.date.fromisoformat(NEXT_DATE), dt.date.fromisoformat(RUN_DATE)
     nodes, edges = (graph_snapshot(spark, lake.path(t), day) for t in ("graph_nodes", "graph_edges"))
     same = GRAPH_SETTINGS.graph_config()
     assert increment_blocker(spark, lake, prev, day, same, nodes, edges) is None
     reseeded = GraphSettingsResource(**{**GRAPH_CONFIG, "seed": 4}).graph_config()
     assert "view settings" in increment_blocker(spark, lake, prev, day, reseeded, nodes, edges)
+    # Views drawn by another version of the sampler are never mixed with fresh ones.
+    monkeypatch.setattr("assets.graph.SAMPLER_VERSION", "an-older-sampler")
+    assert "view settings" in increment_blocker(spark, lake, prev, day, same, nodes, edges)
+    monkeypatch.undo()
     # Edge-level settings do not block: their effect is in the edges, which the increment diffs.
     faster_decay = GraphSettingsResource(**{**GRAPH_CONFIG, "half_life_days": 7.0}).graph_config()
     assert increment_blocker(spark, lake, prev, day, faster_decay, nodes, edges) is None
