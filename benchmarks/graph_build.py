@@ -1,8 +1,9 @@
 """Benchmark of the interaction graph (spark_jobs.graph): time and peak memory per stage vs event count.
 
 Stages, each materialised before the next (``cache().count()`` / a ``noop`` write) so its time is its own:
-``edges`` (build_edges), ``nodes`` (build_nodes), ``views`` (build_views: sampling + induced subgraph +
-per-view shortest paths in numpy, all anchors). ``shortest_paths`` then compares the per-view BFS kernel
+``edges`` (build_edges), ``nodes`` (build_nodes), ``views`` (build_views: the graph collected to the driver and
+broadcast, then sampling + induced subgraph + per-view shortest paths in numpy for all anchors, and the write;
+``views_collect_seconds`` is its first part). ``shortest_paths`` then compares the per-view BFS kernel
 (``spark_jobs.graph.structure.view_structure``) with scipy.sparse.csgraph and networkx on the *same* views,
 on the driver (up to ``--sample-views`` views collected back), checking that all three agree.
 
@@ -11,8 +12,10 @@ generated once per size under ``--work`` and not timed.
 
 Memory: ``peak_rss_mb`` = peak RSS of the Python driver (``ru_maxrss``) + peak RSS of the Spark JVM
 (``VmHWM`` of the py4j gateway process, which runs the executors in local mode); Python UDF workers are
-reported separately (``worker_peak_rss_mb``, the largest reaped child). Peaks are process-lifetime, so sizes
-run in one process report the running maximum: run one ``--events N`` per process for clean figures.
+reported separately (``worker_peak_rss_mb``: the largest ``VmHWM`` among the JVM's descendant processes right
+after the views stage, while its idle Python workers, each holding a copy of the broadcast graph, are still
+alive). Peaks are process-lifetime, so sizes run in one process report the running maximum: run one
+``--events N`` per process for clean figures.
 
 Usage: python benchmarks/graph_build.py [--events N] [--json PATH] [--work DIR] [--driver-memory 6g]
 """
@@ -44,6 +47,29 @@ def _jvm_peak_mb(spark) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _workers_peak_mb(spark) -> float:
+    """Largest peak RSS among the live descendants of the Spark JVM (pyspark.daemon and its Python workers)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    todo, peak = [spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()], 0.0
+    while todo:
+        for pid in children.get(todo.pop(), []):
+            todo.append(pid)
+            try:
+                hwm = [ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("VmHWM:")]
+            except OSError:
+                continue
+            if hwm:
+                peak = max(peak, int(hwm[0].split()[1]) / 1024)
+    return peak
 
 
 def _py_peak_mb(who=resource.RUSAGE_SELF) -> float:
@@ -127,10 +153,12 @@ def run_size(spark, n_events: int, work: Path, sample_views: int) -> dict:
     n_nodes = nodes.count()
     stages["nodes"] = time.perf_counter() - t
     t = time.perf_counter()
-    views = build_views(nodes, edges, run_date, cfg)
+    views = build_views(nodes, edges, run_date, cfg)  # collects and broadcasts the graph now
+    t_collect = time.perf_counter() - t
     out = work / f"views_{n_events}"
     views.write.mode("overwrite").parquet(str(out))
     stages["views"] = time.perf_counter() - t
+    workers_peak = _workers_peak_mb(spark)
     written = spark.read.parquet(str(out))
     n_views = written.count()
     sample = written.where("view = 'broad'").orderBy("anchor_idx").limit(sample_views).collect()
@@ -140,8 +168,9 @@ def run_size(spark, n_events: int, work: Path, sample_views: int) -> dict:
     nodes.unpersist()
     return {"events": int(n_read), "impressions_requested": n_events, "nodes": n_nodes, "edges": n_edges,
             "views": n_views, "generate_seconds": t_gen, "seconds_total": total, "stages": stages,
+            "views_collect_seconds": t_collect,
             "peak_rss_mb": _py_peak_mb() + _jvm_peak_mb(spark), "driver_py_peak_mb": _py_peak_mb(),
-            "jvm_peak_mb": _jvm_peak_mb(spark), "worker_peak_rss_mb": _py_peak_mb(resource.RUSAGE_CHILDREN),
+            "jvm_peak_mb": _jvm_peak_mb(spark), "worker_peak_rss_mb": workers_peak,
             "baseline": baseline}
 
 
