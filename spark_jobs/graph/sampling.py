@@ -216,7 +216,7 @@ def sample_batch(
 
     At each hop every frontier node keeps the ``k`` candidates (its sampling-adjacency neighbours not yet in
     the view) with the smallest (key, node_idx); a node kept by several parents is kept once, with its
-    smallest (key, parent), and the truncation flags of the dropped copies move onto it. A kept node is
+    smallest key, and the truncation flags of the dropped copies move onto it. A kept node is
     truncated when its parent had more than ``k`` candidates or more than ``hub_cap`` neighbours. The view is
     the anchor then every kept node by (hop, key, node_idx), cut at ``max_view_nodes``.
 

@@ -34,7 +34,7 @@ worker holds one copy. That is fine up to some 10^8 edges; beyond that the graph
 Hubs are capped twice: a node offers at most ``hub_cap`` candidate neighbours (its own seeded weighted
 sample, drawn once per node in :func:`sampling_adjacency`), and a view holds at most ``max_view_nodes``
 nodes. Views where either cap, or a fan-out, dropped a candidate are marked ``truncated``. A node reached
-from several parents at one hop is kept once, with its smallest (key, parent), and carries the truncation
+from several parents at one hop is kept once, with its smallest key, and carries the truncation
 flags of the dropped copies; a node already in the view is never sampled again.
 
 Structure (distances truncated at ``max_dist``, edge types) is computed per view on the subgraph induced

@@ -177,6 +177,20 @@ def test_views_deterministic_and_seeded(graph):
     assert a[0] == b[0] and list(a) != list(b)
 
 
+def test_sample_views_members_match_build_views(graph):
+    from spark_jobs.graph.views import sample_views
+
+    members: dict[tuple[str, int], list] = {}
+    for r in sample_views(graph["nodes"], graph["edges"], CFG).collect():
+        members.setdefault((r.view, r.anchor_idx), []).append((r.pos, r.node_idx, r.trunc))
+    views = graph["views"].collect()
+    assert len(members) == len(views)
+    for row in views:
+        got = sorted(members[(row.view, row.anchor_idx)])
+        assert [p for p, _, _ in got] == list(range(len(got)))
+        assert [n for _, n, _ in got] == list(row.nodes) and any(t for *_, t in got) == row.truncated
+
+
 def test_checks_pass_on_good_data_and_fail_on_bad(spark, graph):
     nodes, edges, views = graph["nodes"], graph["edges"], graph["views"]
     results = C.run_all(nodes, edges, views)
