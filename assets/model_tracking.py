@@ -5,15 +5,18 @@ materialization of the same date; it also continues the *same* MLflow run, so th
 The run id is remembered next to the checkpoints (``mlflow_run.json``, keyed by the run fingerprint).
 """
 
+from __future__ import annotations  # no Dagster config classes here; lets FitResult (torch) stay type-only
+
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pyspark.sql import DataFrame
 
-from hir_pipeline.training.fit import FitResult
+if TYPE_CHECKING:  # torch takes seconds to import: only when the model asset runs
+    from hir_pipeline.training.fit import FitResult
 
 TAG_RUN_DATE, TAG_MODEL_VERSION = "hir.run_date", "hir.model_version"
 RUN_FILE = "mlflow_run.json"

@@ -7,7 +7,6 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from hir_pipeline.evaluation.data import EvalData
 
@@ -56,6 +55,7 @@ class LightGCNScorer:
         self.losses: list[float] = []
 
     def fit(self, data: EvalData) -> LightGCNScorer:
+        import torch  # here, not at module level: the code location imports this module's config
         from torch_geometric.nn.conv.gcn_conv import gcn_norm
         from torch_geometric.nn.models import LightGCN
         from torch_geometric.utils import to_torch_csr_tensor
