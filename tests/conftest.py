@@ -32,20 +32,3 @@ def spark(tmp_path_factory):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
-
-
-def pytest_collection_modifyitems(config, items):
-    """Longest files first, so that pytest-xdist's two workers (``--dist loadfile``) finish together.
-
-    The operations tests (real services, other processes) are the longest files, then the files with ``slow`` tests;
-    the many short files fill in at the end instead of one long file running alone. The sort is stable and keyed per
-    file, so each file's tests stay together and in their order.
-    """
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-
-    def rank(item) -> int:
-        if "operations" in item.path.parts:
-            return 0
-        return 1 if item.path in slow_files else 2
-
-    items.sort(key=rank)
