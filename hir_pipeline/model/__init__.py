@@ -1,9 +1,8 @@
 """Hierarchical graph transformer: structural attention, encoder, prototype hierarchy, distillation losses."""
 
-from importlib import import_module
+from hir_pipeline.lazy import lazy_exports
 
-#: Public name -> submodule. Resolved on first access (PEP 562), so that importing one light
-#: submodule (e.g. a config) does not import torch through this package.
+#: Public name -> submodule, imported on first access (``hir_pipeline.lazy``).
 _EXPORTS = {
     "GraphTransformerEncoder": "encoder",
     "HIRModel": "hir_model",
@@ -21,12 +20,4 @@ _EXPORTS = {
     "pack_views": "batch",
     "sinkhorn_knopp": "hierarchy",
 }
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__, __all__ = lazy_exports(__name__, _EXPORTS)
