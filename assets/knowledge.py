@@ -64,6 +64,8 @@ class ContentEmbeddingConfig(dg.Config):
             random orthonormal projection); ``None`` keeps the native width. *(re-embeds)*
         fusion_seed: seed of that projection. *(re-embeds)*
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``.
+        precision: ``auto`` (bfloat16 where the device computes it natively, else float32), ``float32`` or
+            ``bfloat16``; see :class:`~hir_pipeline.embedding.config.EmbeddingConfig`. *(re-embeds)*
         torch_threads: intra-op threads per Spark Python worker; ``None``: torch's default.
         num_partitions: Spark partitions of the rows to embed (~ concurrent model replicas); ``None``: the
             cluster's default parallelism.
@@ -86,6 +88,7 @@ class ContentEmbeddingConfig(dg.Config):
     fused_image_dim: int | None = _FUSION.image_dim
     fusion_seed: int = _FUSION.seed
     device: str = _EMB["device"]
+    precision: str = _EMB["precision"]
     torch_threads: int | None = None
     num_partitions: int | None = None
     progress_every_s: float = 10.0
@@ -98,7 +101,8 @@ class ContentEmbeddingConfig(dg.Config):
             batch_size=self.batch_size, image_batch_size=self.image_batch_size,
             max_text_length=self.max_text_length, image_size=self.image_size,
             image_mean=tuple(self.image_mean), image_std=tuple(self.image_std), attributes_dim=self.attributes_dim,
-            device=self.device, torch_threads=self.torch_threads, num_partitions=self.num_partitions,
+            device=self.device, precision=self.precision, torch_threads=self.torch_threads,
+            num_partitions=self.num_partitions,
             fusion=FusionConfig(text_weight=self.text_weight, image_weight=self.image_weight,
                                 attributes_weight=self.attributes_weight, image_dim=self.fused_image_dim,
                                 seed=self.fusion_seed),

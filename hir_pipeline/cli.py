@@ -124,7 +124,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     partition, window = _resolve_partition(args.source, args.partition)
     resources = default_resources(args.lake, args.source)
     print(f"hir evaluate: source={args.source} lake={resources['lake'].root} run date={partition}", flush=True)
-    eval_config = {"epochs": args.epochs} if args.epochs is not None else {}
+    eval_config = evaluation_run_config(args.config)
+    if args.epochs is not None:
+        eval_config["epochs"] = args.epochs
     selection = dg.AssetSelection.groups("ingestion") | dg.AssetSelection.assets("content_embeddings",
                                                                                  "evaluation_report")
     everything = [*dg.load_assets_from_modules(ASSET_MODULES), *dg.load_asset_checks_from_modules(ASSET_MODULES)]
@@ -160,6 +162,16 @@ def load_run_config(path: str | None, job) -> dict:
     selected = set(job.graph.node_dict)
     config["ops"] = {op: value for op, value in (config.get("ops") or {}).items() if op in selected}
     return config
+
+
+def evaluation_run_config(path: str | None) -> dict:
+    """The ``evaluation_report`` config of a run-config YAML (``ops: {evaluation_report: {config: ...}}``)."""
+    if not path:
+        return {}
+    import yaml
+
+    ops = (yaml.safe_load(Path(path).read_text()) or {}).get("ops") or {}
+    return dict((ops.get("evaluation_report") or {}).get("config") or {})
 
 
 def _mlflow_uri() -> str:
@@ -200,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--lake", default=None, help="Delta lake root (default: HIR_LAKE or .hir/lake)")
     ev.add_argument("--partition", default=None, metavar="YYYY-MM-DD",
                     help="run date (default: backfill and evaluate as of the latest event date)")
+    ev.add_argument("--config", default=None, metavar="YAML",
+                    help="run config whose ops.evaluation_report.config is used, e.g. config/cpu_sample.yaml")
     ev.add_argument("--epochs", type=int, default=None, help="override the evaluation model's training epochs")
     ev.add_argument("--report", default=None, metavar="PATH", help="also write the comparison table (markdown)")
     ev.set_defaults(func=cmd_evaluate)

@@ -22,6 +22,8 @@ from pathlib import Path
 
 #: ``image_model`` value selecting the bundled EfficientNet-Lite0 (any other value is a transformers folder/name).
 EFFICIENTNET_LITE0 = "efficientnet-lite0"
+#: Accepted values of ``EmbeddingConfig.precision``.
+PRECISIONS = ("auto", "float32", "bfloat16")
 
 
 def default_text_model() -> str:
@@ -105,6 +107,11 @@ class EmbeddingConfig:
         image_std: per-channel std on the [0, 1] scale (see ``image_mean``).
         attributes_dim: width of the hashed structured-metadata vector.
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        precision: compute precision of the text and image models: ``"float32"``, ``"bfloat16"`` (autocast:
+            matrix products and convolutions in bfloat16, normalisations and pooling in float32) or ``"auto"``:
+            bfloat16 where the hardware computes it natively (CUDA with bf16, or a CPU with AVX512-BF16 or AMX),
+            else float32. On such a CPU bfloat16 runs MiniLM ~2x and EfficientNet-Lite0 ~2.5x faster, at a cosine
+            of >= 0.9999 (text) and >= 0.998 (image) to the float32 vectors.
         torch_threads: intra-op threads per Python worker; ``None`` keeps torch's default (Spark sets
             ``OMP_NUM_THREADS = spark.task.cpus`` in its Python workers, so one thread per task core).
         num_partitions: Spark partitions of the rows to embed (~ number of concurrent model replicas);
@@ -123,6 +130,7 @@ class EmbeddingConfig:
     image_std: tuple[float, float, float] = (128.0 / 255, 128.0 / 255, 128.0 / 255)
     attributes_dim: int = 64
     device: str = "auto"
+    precision: str = "auto"
     torch_threads: int | None = None
     num_partitions: int | None = None
     fusion: FusionConfig = field(default_factory=FusionConfig)
@@ -134,6 +142,8 @@ class EmbeddingConfig:
             raise ValueError("max_text_length must leave room for [CLS] and [SEP]")
         if self.attributes_dim < 1:
             raise ValueError("attributes_dim must be >= 1")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
 
     def resolved_device(self) -> str:
         """The torch device string ``device`` stands for on this machine."""
@@ -142,6 +152,19 @@ class EmbeddingConfig:
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def resolved_precision(self) -> str:
+        """``"float32"`` or ``"bfloat16"``: what ``precision`` stands for on this machine's ``device``."""
+        if self.precision != "auto":
+            return self.precision
+        import torch
+
+        if self.resolved_device().startswith("cuda"):
+            native = torch.cuda.is_bf16_supported()
+        else:  # torch.cpu exposes these checks only as private helpers; absent means "not known to be native"
+            native = any(getattr(torch.cpu, name, lambda: False)()
+                         for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+        return "bfloat16" if native else "float32"
 
     def resolved_image_weights(self) -> str:
         """The EfficientNet weights file (configured, or the bundled Lite0 one)."""

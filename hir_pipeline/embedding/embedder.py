@@ -68,12 +68,18 @@ class ContentEmbedder:
     def __init__(self, config: EmbeddingConfig) -> None:
         self.config = config
         self.device = config.resolved_device()
+        self.precision = config.resolved_precision()
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
         self.text = TextEncoder(config.text_model, max_length=config.max_text_length,
                                 batch_size=config.batch_size, device=self.device)
         self._image: ImageEncoder | None = None
         self._fusion: Fusion | None = None
+
+    def _autocast(self) -> torch.autocast:
+        # Mixed precision: matmuls/convolutions in bfloat16, normalisation and pooling kept in float32 by autocast.
+        return torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16,
+                              enabled=self.precision == "bfloat16")
 
     @property
     def image(self) -> ImageEncoder:
@@ -106,7 +112,8 @@ class ContentEmbedder:
         texts = [entity_text(t, d) for t, d in zip(titles, descriptions, strict=True)]
         text_idx = [i for i, t in enumerate(texts) if t is not None]
         text_mat = np.zeros((n, self.text.dim), dtype=np.float32)
-        text_mat[text_idx] = self.text.encode([texts[i] for i in text_idx])
+        with self._autocast():
+            text_mat[text_idx] = self.text.encode([texts[i] for i in text_idx])
         text_ok = np.zeros(n, dtype=bool)
         text_ok[text_idx] = True
 
@@ -116,7 +123,8 @@ class ContentEmbedder:
         image_ok = np.zeros(n, dtype=bool)
         image_error: list[str | None] = [None] * n
         if image_idx:
-            vectors, errors = self.image.encode([uris[i] for i in image_idx])
+            with self._autocast():
+                vectors, errors = self.image.encode([uris[i] for i in image_idx])
             for row, i in enumerate(image_idx):
                 image_error[i] = errors[row]
                 image_ok[i] = errors[row] is None
@@ -140,6 +148,11 @@ class ContentEmbedder:
 
 
 _EMBEDDERS: dict[EmbeddingConfig, ContentEmbedder] = {}
+
+
+def cached_embedder(config: EmbeddingConfig) -> ContentEmbedder | None:
+    """This process's :class:`ContentEmbedder` for ``config`` if it is already loaded, else ``None``."""
+    return _EMBEDDERS.get(config)
 
 
 def get_embedder(config: EmbeddingConfig) -> ContentEmbedder:

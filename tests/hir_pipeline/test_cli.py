@@ -65,3 +65,39 @@ def test_materialize_ingestion_backfill_as_of_latest_event(spark, tmp_path):
     events = spark.read.format("delta").load(str(lake / "events"))
     assert events.count() > 0
     assert (tmp_path / "dagster" / "dagster.yaml").exists()  # the committed instance config was installed
+
+
+def test_evaluate_reads_the_evaluation_config_of_a_run_config_file(tmp_path):
+    from hir_pipeline.cli import evaluation_run_config
+
+    sample = evaluation_run_config("config/cpu_sample.yaml")
+    assert sample["training"]["hidden_dim"] == 64 and sample["training"]["published_encoder"] == "student"
+    (tmp_path / "other.yaml").write_text("ops:\n  interest_model:\n    config: {epochs: 1}\n")
+    assert evaluation_run_config(str(tmp_path / "other.yaml")) == {}
+    assert evaluation_run_config(None) == {}
+    args = build_parser().parse_args(["evaluate", "--source", "synthetic", "--config", "x.yaml", "--epochs", "2"])
+    assert (args.source, args.config, args.epochs) == ("synthetic", "x.yaml", 2)
+
+
+@pytest.mark.slow
+def test_evaluate_standalone_prints_and_writes_the_report(spark, tmp_path):
+    """``hir evaluate`` on a synthetic source folder: ingestion, content, evaluation; table printed and written."""
+    from spark_jobs.sources.synthetic import SyntheticConfig, write_synthetic_source
+
+    write_synthetic_source(spark, SyntheticConfig(seed=5, n_events=3_000, n_products=80, n_advertisers=16, days=4),
+                           tmp_path / "src")
+    training = "{hidden_dim: 16, num_layers: 1, num_heads: 2, out_dim: 16, level_sizes: [4, 16, 64], epochs: 1}"
+    (tmp_path / "eval.yaml").write_text(
+        "ops:\n  evaluation_report:\n    config:\n"
+        f"      baselines: [popularity, content]\n      training: {training}\n")
+    lake, report = tmp_path / "lake", tmp_path / "report.md"
+    proc = _hir(["evaluate", "--source", str(tmp_path / "src"), "--lake", str(lake),
+                 "--config", str(tmp_path / "eval.yaml"), "--report", str(report)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = report.read_text()
+    assert table.strip() and table.strip() in proc.stdout
+    for method in ("hir", "popularity", "content"):
+        assert method in table
+    assert "NMI vs planted hierarchy" in proc.stdout
+    metrics = spark.read.format("delta").load(str(lake / "evaluation_metrics"))
+    assert {r.method for r in metrics.select("method").distinct().collect()} == {"hir", "popularity", "content"}

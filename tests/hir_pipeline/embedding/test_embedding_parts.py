@@ -110,3 +110,17 @@ def test_model_identifier_tracks_models_and_output_settings(tmp_path):
                                                                        batch_size=7, num_partitions=3))
     default = model_identifier(EmbeddingConfig())
     assert "efficientnet-lite0@" in default and "len=256" in default
+
+
+def test_precision_is_validated_resolved_and_part_of_the_identifier(tmp_path):
+    text = str(build_tiny_text_model(tmp_path / "t"))
+    image = str(build_tiny_image_model(tmp_path / "img"))
+    fp32 = EmbeddingConfig(text_model=text, image_model=image, precision="float32")
+    bf16 = EmbeddingConfig(text_model=text, image_model=image, precision="bfloat16")
+    assert model_identifier(fp32) != model_identifier(bf16)
+    assert model_identifier(fp32).endswith("precision=float32")
+    auto = EmbeddingConfig(text_model=text, image_model=image)
+    assert auto.resolved_precision() in {"float32", "bfloat16"}
+    assert model_identifier(auto) in {model_identifier(fp32), model_identifier(bf16)}
+    with pytest.raises(ValueError, match="precision"):
+        EmbeddingConfig(text_model=text, image_model=image, precision="float16")
