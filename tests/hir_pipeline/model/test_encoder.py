@@ -104,3 +104,15 @@ def test_ablation_switches_remove_content_and_structural_bias():
     biased = HIRModel(CFG).eval()
     assert not torch.allclose(biased(batch, feats).embedding,
                               biased(pack_views(far, pad_to=16, max_dist=CFG.max_dist), feats).embedding)
+
+
+def test_content_is_not_drowned_by_the_id_type_and_degree_embeddings_at_initialisation():
+    """A unit-norm content vector must weigh as much in a token as the learned lookup embeddings do from step one
+    (N(0, 1) lookups once made content ~2 % of the token, and self-distillation clustered by type and degree)."""
+    cfg = dataclasses.replace(CFG, hidden_dim=64, num_heads=4, content_dim=384)
+    torch.manual_seed(0)
+    embed = HIRModel(cfg).encoder.embed
+    content = torch.nn.functional.normalize(torch.randn(256, cfg.content_dim), dim=-1)
+    content_norm = embed.content_proj(content).norm(dim=-1).mean()
+    for table in (embed.type_emb, embed.degree_emb, embed.id_emb):
+        assert table.weight.norm(dim=-1).mean() < 2 * content_norm
