@@ -122,7 +122,8 @@ def log_and_register_model(result: FitResult, registered_model: str, day: dt.dat
     probabilities (``train_cfg.published_encoder``: the student or the EMA teacher). It is pickled (its forward
     takes packed views, which the ``pt2`` export format cannot express) with the ``hir_pipeline`` package bundled
     as code, so it loads without this checkout. Config, which encoder it is, the temperature and centers of its
-    cluster softmax (``centers`` null for the student) and the parent maps go beside it as ``model_meta.json``
+    cluster softmax (``centers`` null for the student), the kind of views it embeds (``views``: narrow for the
+    student, broad for the teacher) and the parent maps go beside it as ``model_meta.json``
     (they are needed to reproduce the cluster probabilities); the model version is tagged
     ``hir.published_encoder``.
     """
@@ -150,6 +151,7 @@ def log_and_register_model(result: FitResult, registered_model: str, day: dt.dat
         "model_config": dataclasses.asdict(result.model_cfg),
         "train_config": dataclasses.asdict(result.train_cfg),
         "published_encoder": encoder,
+        "views": result.views,
         "temperature": result.temperature,
         "centers": None if result.centers is None else [c.tolist() for c in result.centers],
         "parent_maps": [m.tolist() for m in result.inference.parent_maps],

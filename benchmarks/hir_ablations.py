@@ -14,7 +14,8 @@ product of the published, L2-normalised embeddings; warm and cold items). Varian
 * ``one_level``       -- a single level of prototypes (the finest),
 * ``no_logq``         -- ``engagement_logq = False`` (no in-batch sampling correction).
 
-Both trained networks are scored, each embedded by ``Trainer.infer`` as the asset embeds the published one;
+Both trained networks are scored, each embedded by ``Trainer.infer`` on the views it was trained on (student:
+narrow, teacher: broad), as the asset embeds the published one;
 ``warm_recall`` / ``cold_recall`` are those of the published encoder (``published_encoder``, the student unless
 ``--set published_encoder=teacher``), ``teacher_*`` / ``student_*`` those of each. Prints a table; with
 ``--json PATH`` writes a list of ``{"variant", "published", "warm_recall", "cold_recall", "teacher_warm_recall",
@@ -120,7 +121,7 @@ def run_variant(prepared: dict, overrides: dict, k: int) -> dict:
     ids = [str(e) for e in inputs.entity_ids]
     per_encoder = {}
     for who in ENCODERS:
-        emb = trainer.infer(inputs.broad_views, which=who).embeddings
+        emb = trainer.infer(which=who).embeddings
         got = evaluate_scorer(EmbeddingScorer.from_lookup(data, ids, emb), data, k)
         for split, metrics in got.items():
             per_encoder[f"{who}_{split}_recall"] = round(metrics[f"recall_at_{k}"], 4)

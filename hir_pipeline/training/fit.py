@@ -55,6 +55,8 @@ class FitResult:
             inputs, see :func:`resolve_model_config`).
         train_cfg: the training configuration actually used (``checkpoint_dir`` filled in).
         inference: embeddings and per-level cluster probabilities of every node (row = ``node_idx``).
+        views: ``"narrow"`` or ``"broad"``: the views ``inference`` embedded (those ``model`` was trained on, see
+            :meth:`~hir_pipeline.training.trainer.Trainer.training_views`).
         history: per-epoch metrics of every epoch (including epochs done before a resume).
         centers: per-level centers ``[K_l]`` subtracted from ``model``'s logits before the cluster softmax (the
             DINO teacher centers), or ``None`` when none are (the student, or a Sinkhorn-trained teacher).
@@ -74,6 +76,7 @@ class FitResult:
     model_cfg: ModelConfig
     train_cfg: TrainConfig
     inference: InferenceResult
+    views: str
     history: list[dict[str, Any]]
     centers: list[np.ndarray] | None
     temperature: float
@@ -170,14 +173,15 @@ def fit_and_embed(
     history = trainer.fit()
     train_time = time.perf_counter() - t0
     t0 = time.perf_counter()
-    inference = trainer.infer(inputs.broad_views)
+    inference = trainer.infer()  # the published network on the views it was trained on
     infer_time = time.perf_counter() - t0
     model = trainer.encoder()
     model.train(False)
     temperature, centers = trainer.output_calibration()
     protos = [p.detach().float() for p in model.hierarchy.prototypes]
     return FitResult(
-        model=model, model_cfg=model_cfg, train_cfg=train_cfg, inference=inference, history=list(history),
+        model=model, model_cfg=model_cfg, train_cfg=train_cfg, inference=inference, views=trainer.views_name(),
+        history=list(history),
         centers=None if centers is None else [c.float().reshape(-1).cpu().numpy() for c in centers],
         temperature=float(temperature),
         prototypes=[(p / p.norm(dim=-1, keepdim=True).clamp_min(1e-12)).cpu().numpy() for p in protos],

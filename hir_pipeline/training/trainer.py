@@ -346,12 +346,30 @@ class Trainer:
         centers = self.centers() if self.model_cfg.teacher_target == "centering" else None
         return self.model_cfg.teacher_temp, centers
 
-    def infer(self, views: Sequence[Mapping[str, Any]], which: str | None = None):
-        """``infer`` with the published encoder (or ``which``: ``"student"`` / ``"teacher"``) and its
-        calibration (:meth:`output_calibration`)."""
+    def training_views(self, which: str | None = None) -> list[Mapping[str, Any]]:
+        """The views a network learned on, so the ones it embeds best: the student's narrow views (its engagement
+        and distillation inputs), the teacher's broad views. ``which`` defaults to the published encoder.
+
+        Embedding with the other kind is a shift the network never saw: on the MovieLens split the student
+        scored warm / cold Recall@20 0.221 / 0.199 on its narrow views but 0.057 / 0.165 on broad views.
+        """
+        which = which or self.cfg.published_encoder
+        self.encoder(which)  # validates
+        views = self.narrow if which == "student" else self.broad
+        return [views[a] for a in sorted(views)]
+
+    def views_name(self, which: str | None = None) -> str:
+        """``"narrow"`` or ``"broad"``: the kind of :meth:`training_views` of ``which`` (default: published)."""
+        which = which or self.cfg.published_encoder
+        return "narrow" if which == "student" and self.narrow is not self.broad else "broad"
+
+    def infer(self, views: Sequence[Mapping[str, Any]] | None = None, which: str | None = None):
+        """``infer`` with the published encoder (or ``which``: ``"student"`` / ``"teacher"``), its calibration
+        (:meth:`output_calibration`) and, unless ``views`` are given, its :meth:`training_views`."""
         from hir_pipeline.training.inference import infer
 
         temperature, centers = self.output_calibration(which)
+        views = self.training_views(which) if views is None else views
         return infer(self.encoder(which), self.features, views, batch_size=self.cfg.infer_batch_size,
                      pad_to=self.cfg.pad_to, temperature=temperature, centers=centers)
 

@@ -81,11 +81,13 @@ def test_published_encoder_is_the_returned_model_and_produced_the_outputs(inputs
     assert [h["loss"] for h in teacher.history] == [h["loss"] for h in straight.history]  # same training
     assert not np.allclose(teacher.inference.embeddings, straight.inference.embeddings, atol=1e-3)
     assert len(teacher.centers) == 2 and teacher.temperature == MODEL.teacher_temp
+    assert (straight.views, teacher.views) == ("narrow", "broad")  # each embeds the views it was trained on
     for res in (straight, teacher):
         assert not res.model.training
         features = inputs.features(res.model_cfg.id_buckets)
         centers = None if res.centers is None else [torch.from_numpy(c) for c in res.centers]
-        again = infer(res.model, features, inputs.broad_views, pad_to=TRAIN.pad_to, temperature=res.temperature,
+        views = inputs.narrow_views if res.views == "narrow" else inputs.broad_views
+        again = infer(res.model, features, views, pad_to=TRAIN.pad_to, temperature=res.temperature,
                       centers=centers)
         np.testing.assert_allclose(again.embeddings, res.inference.embeddings, atol=1e-6)
         for a, b in zip(again.probs, res.inference.probs, strict=True):

@@ -131,9 +131,19 @@ def test_published_encoder_selects_the_network_and_its_calibration(toy):
             np.testing.assert_allclose(got[which].probs[lvl][rows], expected.numpy(), atol=1e-5)
     assert trainer.student.training  # inference restores the training mode
 
+    # By default each network embeds the views it was trained on: the student its narrow views, the teacher
+    # its broad ones.
+    narrow = {int(v["anchor_idx"]): v for v in toy.narrow_views}
+    assert [int(v["anchor_idx"]) for v in trainer.training_views()] == sorted(narrow)
+    assert all(v is narrow[int(v["anchor_idx"])] for v in trainer.training_views())
+    assert trainer.views_name() == "narrow" and trainer.views_name("teacher") == "broad"
+    np.testing.assert_array_equal(trainer.infer().embeddings, trainer.infer(toy.narrow_views).embeddings)
+    assert not np.allclose(trainer.infer().embeddings, got["student"].embeddings, atol=1e-3)  # narrow != broad
+
     trainer.cfg = dataclasses.replace(trainer.cfg, published_encoder="teacher")
     assert trainer.encoder() is trainer.teacher
     np.testing.assert_array_equal(trainer.infer(views).embeddings, got["teacher"].embeddings)
+    np.testing.assert_array_equal(trainer.infer().embeddings, got["teacher"].embeddings)
     with pytest.raises(ValueError, match="published_encoder"):
         TrainConfig(published_encoder="ema")
 
