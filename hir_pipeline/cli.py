@@ -152,13 +152,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_run_config(path: str | None, job) -> dict:
-    """Dagster run config from a YAML file (``ops: {asset: {config: ...}}``), keeping only selected assets."""
+def read_run_config(path: str | None) -> dict:
+    """The run-config YAML file at ``path`` (``ops: {asset: {config: ...}}``, ``resources: ...``), or ``{}``."""
     if not path:
         return {}
     import yaml
 
-    config = yaml.safe_load(Path(path).read_text()) or {}
+    return yaml.safe_load(Path(path).read_text()) or {}
+
+
+def load_run_config(path: str | None, job) -> dict:
+    """Dagster run config from a YAML file (``ops: {asset: {config: ...}}``), keeping only selected assets."""
+    if not path:
+        return {}
+    config = read_run_config(path)
     selected = set(job.graph.node_dict)
     config["ops"] = {op: value for op, value in (config.get("ops") or {}).items() if op in selected}
     return config
@@ -166,11 +173,7 @@ def load_run_config(path: str | None, job) -> dict:
 
 def evaluation_run_config(path: str | None) -> dict:
     """The ``evaluation_report`` config of a run-config YAML (``ops: {evaluation_report: {config: ...}}``)."""
-    if not path:
-        return {}
-    import yaml
-
-    ops = (yaml.safe_load(Path(path).read_text()) or {}).get("ops") or {}
+    ops = read_run_config(path).get("ops") or {}
     return dict((ops.get("evaluation_report") or {}).get("config") or {})
 
 

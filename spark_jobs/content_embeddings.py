@@ -101,17 +101,17 @@ def embed_partition(batches: Iterator[pd.DataFrame], config: EmbeddingConfig) ->
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one worker per core already; avoid oversubscription
     _ensure_worker_logging()
-    start = time.perf_counter()
+    worker_start = time.perf_counter()
     from hir_pipeline.embedding.embedder import cached_embedder, get_embedder
 
     done = 0
     for pdf in batches:
         if pdf.empty:
             continue
-        if cached_embedder(config) is None:  # first batch of this Python worker: imports + model loading
-            get_embedder(config)
-            log.info("content models ready in %.2fs (imports and loading)", time.perf_counter() - start)
+        first_load = cached_embedder(config) is None  # first batch of this Python worker: imports + loading
         embedder = get_embedder(config)
+        if first_load:
+            log.info("content models ready in %.2fs (imports and loading)", time.perf_counter() - worker_start)
         start = time.perf_counter()
         out = embedder.embed(
             *(pdf[c].astype(object).where(pdf[c].notna(), None).tolist() for c in CONTENT_FIELDS)
