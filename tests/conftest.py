@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
 from hir_pipeline.settings import cache_dir
+
+#: Measured seconds per test file (scripts/update_test_durations.py); files not listed count as this.
+DURATIONS = Path(__file__).with_name("durations.json")
+UNKNOWN_FILE_SECONDS = 30.0
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest test files first (stable otherwise), so the two xdist workers (``--dist loadfile
+    --no-loadscope-reorder`` in scripts/test.sh) do not end with one of them running a 2-minute file alone."""
+    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    root = Path(str(config.rootpath))
+
+    def cost(item) -> float:
+        rel = Path(str(item.path)).relative_to(root).as_posix()
+        return seconds.get(rel, UNKNOWN_FILE_SECONDS)
+
+    items[:] = sorted(items, key=lambda item: -cost(item))  # sorted() is stable: file and test order kept
 
 
 @pytest.fixture(scope="session")
