@@ -40,12 +40,15 @@ class ModelConfig:
         id_buckets: hashed-ID embedding buckets, used only for nodes with interaction history.
         max_dist: largest shortest-path distance stored in views; ``max_dist + 1`` means unreachable. It must be
             the ``max_dist`` the views were built with (the pipeline takes it from the graph settings).
-        num_edge_types: edge-type vocabulary size excluding 0 ("no direct edge"); ids are 1..num_edge_types.
+        num_edge_types: edge-type vocabulary size excluding 0 ("no direct edge"); ids are 1..num_edge_types
+            (raised to the graph's when it has more edge types).
         level_sizes: prototypes per hierarchy level, **coarsest first** so that model level ``i`` is
             ``cluster_assignments.level == i`` (0 = coarsest). Each level must be at least as large as the
             one before it.
-        student_temp: DINO student softmax temperature.
-        teacher_temp: DINO teacher softmax temperature (sharpening; lower = sharper).
+        student_temp: DINO student softmax temperature (and that of the published cluster probabilities when
+            the student is published).
+        teacher_temp: DINO teacher softmax temperature (sharpening; lower = sharper; and that of the published
+            cluster probabilities when the teacher is published).
         center_momentum: EMA momentum of the teacher center (DINO centering).
         teacher_target: ``"centering"`` (DINO center + sharpen) or ``"sinkhorn"`` (Sinkhorn-Knopp
             balanced targets, SwAV / DINOv2 style).
@@ -128,13 +131,14 @@ class TrainConfig:
         grad_clip: max gradient norm (0 disables clipping).
         ema_momentum: teacher EMA momentum at the start; it follows a cosine to ``ema_momentum_end``.
         ema_momentum_end: teacher EMA momentum at the end of training.
-        seed: seed of every random choice (batching, augmentation, dropout, init).
+        seed: seed of every random choice (batching, augmentation, dropout, init): same seed, same inputs, same
+            machine and thread count give an identical model on CPU.
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda[:i]"``.
         bf16: bf16 autocast on CUDA devices that support it (ignored on CPU).
         checkpoint_dir: directory of per-epoch checkpoints; ``None`` disables checkpointing/resume.
         resume: resume from the latest checkpoint in ``checkpoint_dir`` when there is one.
         keep_checkpoints: how many most recent checkpoints to keep.
-        log_every: log progress every this many steps.
+        log_every: log progress every this many steps (0: once per epoch only).
         pad_to: packed sequence lengths are padded to a multiple of this (FlexAttention block size).
         infer_batch_size: views per batch in ``infer``.
         published_encoder: which of the two trained networks is published (embeddings, cluster probabilities,
