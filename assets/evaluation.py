@@ -54,7 +54,7 @@ from resources import (
 )
 from resources.config_schema import config_class, section
 from spark_jobs.delta_io import latest_version, read_table, replace_where, table_exists
-from spark_jobs.evaluation import evaluate_run
+from spark_jobs.evaluation import EvaluationJobConfig, evaluate_run
 from spark_jobs.evaluation_data import read_ground_truth
 from spark_jobs.evaluation_split import COLD, WARM, SplitConfig
 from spark_jobs.graph import GraphConfig
@@ -183,9 +183,9 @@ def evaluation_report(
     with forward_training_logs(context), forward_training_logs(context, "hir_pipeline.evaluation"):
         outcome = evaluate_run(
             bronze["entities"], bronze["relations"], bronze["events"], content, day, ckpt,
-            split_config=split_cfg, graph_config=graph_cfg, model_config=model_cfg, train_config=train_cfg,
-            engagement_weights=train_cfg.engagement_weights, settings=config.to_dataclass(),
-            stage_weights=graph_cfg.stage_weights, truth=truth, progress=context.log.info)
+            EvaluationJobConfig(split=split_cfg, graph=graph_cfg, model=model_cfg, train=train_cfg,
+                                evaluation=config.to_dataclass()),
+            truth=truth, progress=context.log.info)
     total_s = time.perf_counter() - t0
 
     rows = outcome.rows

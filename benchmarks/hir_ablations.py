@@ -73,19 +73,16 @@ def prepare(lake: str, day: dt.date) -> dict:
 
     from resources import SparkResource
     from spark_jobs.delta_io import read_table
-    from spark_jobs.evaluation import prepare_evaluation
+    from spark_jobs.evaluation import EvaluationJobConfig, prepare_evaluation
     from spark_jobs.evaluation_data import collect_content
-    from spark_jobs.evaluation_split import SplitConfig
-    from spark_jobs.graph import GraphConfig
 
     session = SparkResource().get_session()
     bronze = {t: read_table(session, f"{lake}/{t}") for t in ("entities", "relations", "events")}
     content = read_table(session, f"{lake}/content_embeddings")
     if "run_date" in content.columns:
         content = content.where(F.col("run_date") == F.lit(day))
-    split_cfg = SplitConfig()
     split, data, inputs = prepare_evaluation(bronze["entities"], bronze["relations"], bronze["events"], content,
-                                             day, split_cfg, GraphConfig(funnel=split_cfg.funnel))
+                                             day, EvaluationJobConfig())
     return {"data": data, "inputs": inputs, "item_content": collect_content(content, data.item_ids),
             "note": split.note}
 
