@@ -3,10 +3,10 @@
 ``evaluation_report`` draws the evaluation split from the bronze events (:mod:`spark_jobs.evaluation_split`:
 per-user temporal hold-out, deep-funnel targets, a seeded share of cold items whose events never train),
 rebuilds the graph and its views from the training events only (with the graph assets' settings: the shared
-``graph_settings`` resource), trains HIR on it with the production settings
-(the ``model_meta.json`` of the run date's training run when there is one, else this asset's ``training``
-config), and scores HIR (by the encoder those settings publish, ``published_encoder``: a training run that
-predates the choice published the teacher) and the baselines (popularity, ALS, LightGCN, content-only) on the
+``graph_settings`` resource), trains HIR on it with the production settings (the ``model_meta.json`` of the
+run date's training run when there is one, else the ``model_settings`` resource ``interest_model`` trains with),
+and scores HIR (by the encoder those settings publish, ``published_encoder``: a training run that predates the
+choice published the teacher) and the baselines (popularity, ALS, LightGCN, content-only) on the
 same targets (:func:`spark_jobs.evaluation.evaluate_run`). Results go to
 
 * the Delta table ``evaluation_metrics`` (the run date's rows replaced on a re-run),
@@ -36,76 +36,57 @@ from assets.evaluation_tracking import (
     promote,
     training_run,
 )
-from assets.model import TrainingConfig, forward_training_logs
+from assets.model import forward_training_logs
 from assets.partitions import daily_partitions, run_date
 from hir_pipeline.contracts import EVALUATION_METRICS_DDL
-from hir_pipeline.evaluation.baselines import ALSConfig, LightGCNConfig
 from hir_pipeline.evaluation.gate import promotion_gate
 from hir_pipeline.evaluation.report import comparison_plot, comparison_table, png_markdown
-from hir_pipeline.evaluation.runner import BASELINES, EvaluationSettings
+from hir_pipeline.evaluation.runner import EvaluationSettings
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.settings import state_dir
-from resources import GraphSettingsResource, LakeResource, MLflowResource, SourceResource, SparkResource
+from resources import (
+    GraphSettingsResource,
+    LakeResource,
+    MLflowResource,
+    ModelSettingsResource,
+    SourceResource,
+    SparkResource,
+)
+from resources.config_schema import config_class, section
 from spark_jobs.delta_io import latest_version, read_table, replace_where, table_exists
-from spark_jobs.evaluation import evaluate_run
-from spark_jobs.evaluation_data import DEFAULT_STAGE_WEIGHTS, read_ground_truth
+from spark_jobs.evaluation import EvaluationJobConfig, evaluate_run
+from spark_jobs.evaluation_data import read_ground_truth
 from spark_jobs.evaluation_split import COLD, WARM, SplitConfig
+from spark_jobs.graph import GraphConfig
 
 GROUP = "evaluation"
 GATE_CHECK = "promotion_gate"
-_A, _L = ALSConfig(), LightGCNConfig()
+#: EvaluationSettings fields that follow others: the ALS grid maximises Recall@k at the evaluation's k, and one seed
+#: seeds every baseline (``make_baselines``).
+EVALUATION_SET_ELSEWHERE = ("als.k", "als.seed", "lightgcn.seed")
+
+#: The split's settings; its funnel is the graph's (``graph_settings``), so it is checked once the asset has it.
+SplitSection = config_class(SplitConfig, exclude=("funnel",), validate=False)
 
 
-class EvaluationConfig(dg.Config):
-    """Run config of ``evaluation_report``."""
+class EvaluationConfig(config_class(EvaluationSettings, exclude=EVALUATION_SET_ELSEWHERE, name="EvaluationFields")):
+    """Run config of ``evaluation_report``: what is evaluated (the fields of ``EvaluationSettings``), how the split
+    is drawn (``split``) and how the asset runs. The HIR settings are the ``model_settings`` resource's (or the
+    run date's training run's), the funnel and stage weights the ``graph_settings`` resource's."""
 
-    # -- split
-    holdout_fraction: float = Field(0.2, description="Share of each user's latest events held out.")
-    cold_item_fraction: float = Field(0.1, description="Share of items whose events are all withheld from training.")
-    target_stage: str | None = Field(None, description="Funnel stage a target must reach (default: the deepest).")
-    min_target_users: int = Field(50, description="Fewest users with a target at a stage before falling back one "
-                                  "stage shallower (the fallback is reported).")
-    split_seed: int = Field(0, description="Seed of the cold-item choice.")
-    # -- metrics and baselines
-    k: int = Field(20, description="Ranking cut-off of Recall@k and NDCG@k.")
-    baselines: list[str] = Field(list(BASELINES), description="Baselines to run: popularity, als, lightgcn, "
-                                 "content (and random).")
-    stage_weights: list[float] = Field(list(DEFAULT_STAGE_WEIGHTS), description="Weight of one event per funnel "
-                                       "stage in the baselines' user x item training matrix.")
-    als_factors: list[int] = Field(list(_A.factors), description="ALS grid: latent dimensions.")
-    als_regularization: list[float] = Field(list(_A.regularization), description="ALS grid: L2 weights.")
-    als_alpha: list[float] = Field(list(_A.alpha), description="ALS grid: confidence scales.")
-    als_iterations: int = Field(_A.iterations, description="ALS sweeps per fit.")
-    lightgcn_dim: int = Field(_L.embedding_dim, description="LightGCN embedding width.")
-    lightgcn_layers: int = Field(_L.num_layers, description="LightGCN propagation layers.")
-    lightgcn_epochs: int = Field(_L.epochs, description="LightGCN passes over the training pairs.")
-    lightgcn_lr: float = Field(_L.lr, description="LightGCN Adam learning rate.")
-    seed: int = Field(0, description="Seed of the baselines (ALS init, LightGCN, validation split).")
-    # -- the HIR model trained on the split
-    training: TrainingConfig = Field(TrainingConfig(), description="HIR settings used when the run date has no "
-                                     "training run to copy them from (or use_production_config is off).")
+    split: SplitSection = section(SplitSection)
     use_production_config: bool = Field(True, description="Train with the model/train config logged by the run "
-                                        "date's interest_model run (model_meta.json) when there is one.")
+                                        "date's interest_model run (model_meta.json) when there is one; else (or "
+                                        "when off) with the model_settings resource.")
     epochs: int | None = Field(None, description="Override of the training epochs (None: as configured).")
     require_content: bool = Field(False, description="Fail when content_embeddings is missing (else HIR trains "
                                   "on structure alone and content-only is skipped).")
     keep_checkpoints: bool = Field(False, description="Keep the evaluation model's epoch checkpoints.")
+    torch_threads: int = Field(0, description="torch intra-op threads while the evaluation trains and scores "
+                               "(0: torch's default).")
     # -- promotion
     gate_tolerance: float = Field(0.05, description="The model becomes champion when its warm and cold Recall@k "
                                   "are >= (1 - tolerance) x the champion's (1.0 always promotes).")
-
-    def split_config(self, funnel: tuple[str, ...]) -> SplitConfig:
-        """The split over ``funnel`` (the ``graph_settings`` resource's, so targets and graph share stages)."""
-        return SplitConfig(holdout_fraction=self.holdout_fraction, cold_item_fraction=self.cold_item_fraction,
-                           funnel=tuple(funnel), target_stage=self.target_stage,
-                           min_target_users=self.min_target_users, seed=self.split_seed)
-
-    def settings(self) -> EvaluationSettings:
-        als = ALSConfig(factors=tuple(self.als_factors), regularization=tuple(self.als_regularization),
-                        alpha=tuple(self.als_alpha), iterations=self.als_iterations, k=self.k, seed=self.seed)
-        lgcn = LightGCNConfig(embedding_dim=self.lightgcn_dim, num_layers=self.lightgcn_layers,
-                              epochs=self.lightgcn_epochs, lr=self.lightgcn_lr, seed=self.seed)
-        return EvaluationSettings(k=self.k, baselines=tuple(self.baselines), als=als, lightgcn=lgcn, seed=self.seed)
 
 
 def evaluation_checkpoint_dir(day: dt.date) -> str:
@@ -113,19 +94,32 @@ def evaluation_checkpoint_dir(day: dt.date) -> str:
     return str(state_dir() / "checkpoints" / "evaluation" / str(day))
 
 
-def hir_configs(config: EvaluationConfig, logged: tuple[dict, dict] | None) -> tuple[ModelConfig, TrainConfig, str]:
-    """The model and training settings of the evaluation model, and where they came from."""
+def _known(cls: type, values: dict) -> dict:
+    """The entries of a logged config that are fields of the dataclass ``cls`` (JSON lists back to tuples)."""
+    names = {f.name for f in fields(cls)}
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in names}
+
+
+def hir_configs(config: EvaluationConfig, settings: ModelSettingsResource, graph: GraphConfig,
+                logged: tuple[dict, dict] | None) -> tuple[ModelConfig, TrainConfig, str]:
+    """The model and training settings of the evaluation model, and where they came from.
+
+    Args:
+        config: the asset's config (``use_production_config``, ``epochs``).
+        settings: the ``model_settings`` resource (the fallback).
+        graph: the graph settings the split's graph is built with (the model's ``max_dist`` follows them).
+        logged: ``(model_config, train_config)`` dicts of the run date's training run, or ``None``.
+    """
     if logged is not None and config.use_production_config:
         model_d, train_d = logged
-        known_m, known_t = {f.name for f in fields(ModelConfig)}, {f.name for f in fields(TrainConfig)}
-        model_cfg = ModelConfig(**{k: tuple(v) if k == "level_sizes" else v
-                                   for k, v in model_d.items() if k in known_m})
+        model_cfg = ModelConfig(**_known(ModelConfig, model_d))
         train_d = {"published_encoder": "teacher", **train_d}  # logged before the choice existed: the teacher
-        train_cfg = TrainConfig(**{k: v for k, v in train_d.items() if k in known_t and k != "checkpoint_dir"})
+        train_cfg = TrainConfig(**{k: v for k, v in _known(TrainConfig, train_d).items() if k != "checkpoint_dir"})
         source = "training run of the date (model_meta.json)"
     else:
-        model_cfg, train_cfg = config.training.to_model_config(), config.training.to_train_config()
-        source = "evaluation_report config"
+        model_cfg, train_cfg = settings.model_config_for(graph), settings.train_config()
+        source = "model_settings resource"
+    model_cfg = replace(model_cfg, max_dist=graph.max_dist)  # the split's views are built with the graph's
     if config.epochs is not None:
         train_cfg = replace(train_cfg, epochs=config.epochs)
         source += f", epochs overridden to {config.epochs}"
@@ -153,18 +147,20 @@ def evaluation_report(
     mlflow: MLflowResource,
     source: SourceResource,
     graph_settings: GraphSettingsResource,
+    model_settings: ModelSettingsResource,
 ):
     from mlflow import MlflowClient
 
     day = run_date(context)
-    graph_cfg = graph_settings.graph_config()  # the graph assets' settings: a bad value fails before any work
+    graph_cfg = graph_settings.graph_config()  # the graph assets' settings
+    split_cfg = config.split.to_dataclass(funnel=graph_cfg.funnel)  # a target_stage off the funnel fails here
     session = spark.get_session()
     experiment_id = mlflow.activate()
     client = MlflowClient()
     train_run = training_run(client, experiment_id, str(day))
     model_version = train_run.data.tags["hir.model_version"] if train_run else NO_MODEL_VERSION
     model_cfg, train_cfg, cfg_source = hir_configs(
-        config, production_configs(client, train_run) if train_run else None)
+        config, model_settings, graph_cfg, production_configs(client, train_run) if train_run else None)
     context.log.info(f"Evaluating {day} for model version {model_version} ({train_cfg.published_encoder} "
                      f"published); HIR settings from {cfg_source}")
 
@@ -178,19 +174,18 @@ def evaluation_report(
         raise dg.Failure(f"content_embeddings does not exist: materialize it for {day} first")
     truth = read_ground_truth(session, source.prepare(session)) if source.name != "movielens" else None
 
-    if config.training.torch_threads:  # oversubscribed cores slow sparse/attention kernels by 10x or more
+    if config.torch_threads:  # oversubscribed cores slow sparse and attention kernels down a lot
         import torch
 
-        torch.set_num_threads(config.training.torch_threads)
+        torch.set_num_threads(config.torch_threads)
     ckpt = evaluation_checkpoint_dir(day)
     t0 = time.perf_counter()
     with forward_training_logs(context), forward_training_logs(context, "hir_pipeline.evaluation"):
         outcome = evaluate_run(
             bronze["entities"], bronze["relations"], bronze["events"], content, day, ckpt,
-            split_config=config.split_config(graph_cfg.funnel), graph_config=graph_cfg, model_config=model_cfg,
-            train_config=train_cfg, engagement_weights=config.training.engagement_weights,
-            settings=config.settings(), stage_weights=config.stage_weights, truth=truth,
-            progress=context.log.info)
+            EvaluationJobConfig(split=split_cfg, graph=graph_cfg, model=model_cfg, train=train_cfg,
+                                evaluation=config.to_dataclass()),
+            truth=truth, progress=context.log.info)
     total_s = time.perf_counter() - t0
 
     rows = outcome.rows

@@ -13,6 +13,7 @@ import datetime as dt
 from typing import Literal
 
 import dagster as dg
+from pydantic import Field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -20,8 +21,9 @@ from assets.bronze_suites import bronze_suites
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_progress
 from assets.quality import validate
-from hir_pipeline.contracts import DEFAULT_FUNNEL, ENTITY_TYPES, EVENT_DATE_COLUMN
-from resources import LakeResource, SourceResource, SparkResource
+from hir_pipeline.contracts import EVENT_DATE_COLUMN
+from resources import GraphSettingsResource, LakeResource, SourceResource, SparkResource
+from resources.config_schema import config_class
 from spark_jobs import ingest
 from spark_jobs.delta_io import latest_version, read_table, replace_where, upsert
 from spark_jobs.source_reader import read_source
@@ -32,22 +34,15 @@ ACCOUNTING_CHECK = "accepted_plus_quarantined_equals_read"
 SUITE_CHECK = "great_expectations_suite"
 
 
-class IngestionConfig(dg.Config):
-    """How much of the source a run ingests.
+class IngestionConfig(config_class(ingest.IngestConfig, name="IngestFields")):
+    """How much of the source a run ingests, and what it accepts (the fields of
+    :class:`spark_jobs.ingest.IngestConfig`; the accepted event types are the funnel of the ``graph_settings``
+    resource, shared with every later stage)."""
 
-    Attributes:
-        window: ``day`` reads the partition's day of events (the nightly increment); ``all`` reads
-            every event up to the partition date (a backfill; ``hir materialize`` without
-            ``--partition`` uses it).
-        funnel: accepted event types, shallow to deep.
-        entity_types: accepted entity types.
-        progress_every_s: interval of the Spark progress lines in the run log.
-    """
-
-    window: Literal["day", "all"] = "day"
-    funnel: list[str] = list(DEFAULT_FUNNEL)
-    entity_types: list[str] = list(ENTITY_TYPES)
-    progress_every_s: float = 10.0
+    window: Literal["day", "all"] = Field("day", description="`day` reads the partition's day of events (the "
+                                          "nightly increment); `all` reads every event up to the partition date "
+                                          "(a backfill; `hir materialize` without `--partition` uses it).")
+    progress_every_s: float = Field(10.0, description="Interval of the Spark progress lines in the run log.")
 
 
 def event_window(config: IngestionConfig, day: dt.date) -> ingest.EventWindow:
@@ -93,8 +88,10 @@ def bronze_tables(
     spark: SparkResource,
     lake: LakeResource,
     source: SourceResource,
+    graph_settings: GraphSettingsResource,
 ):
     day = run_date(context)
+    accepts, funnel = config.to_dataclass(), graph_settings.graph_config().funnel
     session = spark.get_session()
     folder = source.prepare(session)
     context.log.info(f"Reading source {source.location!r} from {folder} for run date {day} (window={config.window})")
@@ -121,7 +118,7 @@ def bronze_tables(
         context.log.info(f"{table} for run date {day}: {rows:,} rows {how}, Delta version {versions[table]}")
 
     with step("entities"):
-        entities = settle("entities", ingest.label_entities(raw["entities"], tuple(config.entity_types)),
+        entities = settle("entities", ingest.label_entities(raw["entities"], accepts.entity_types),
                           raw["entities"].count())
         upsert(session, ingest.accepted(entities, "entities"), lake.path("entities"), ["entity_id"])
         known = read_table(session, lake.path("entities")).select("entity_id", "entity_type").persist()
@@ -140,7 +137,7 @@ def bronze_tables(
             & (F.lit(window.start).isNull() | (F.to_date(ingest.as_timestamp(raw["events"], "event_ts"))
                                                >= F.lit(window.start)))
         ).count()
-        events = settle("events", ingest.label_events(raw["events"], known, window, tuple(config.funnel)),
+        events = settle("events", ingest.label_events(raw["events"], known, window, funnel),
                         events_read)
         replace_where(ingest.accepted(events, "events"), lake.path("events"), window_predicate(window),
                       [EVENT_DATE_COLUMN])
@@ -156,7 +153,7 @@ def bronze_tables(
     with step("accounting"):
         quarantined_now, events_now = _recount(session, lake, day, window)
     yield from _results(lake, day, counts, versions, quarantined_now, events_now)
-    suites = bronze_suites(tuple(config.entity_types), tuple(config.funnel))
+    suites = bronze_suites(accepts.entity_types, funnel)
     for table in BRONZE:
         df = read_table(session, lake.path(table))
         if table == "events":

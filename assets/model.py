@@ -25,7 +25,6 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Literal
 
 import dagster as dg
 from pydantic import Field
@@ -44,10 +43,9 @@ from assets.model_tracking import (
 )
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_progress
-from hir_pipeline.contracts import DEFAULT_FUNNEL
-from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.settings import state_dir
-from resources import LakeResource, MLflowResource, SparkResource
+from resources import GraphSettingsResource, LakeResource, MLflowResource, ModelSettingsResource, SparkResource
+from resources.model_settings import TrainSection
 from spark_jobs.delta_io import latest_version, read_table, replace_where
 from spark_jobs.model_inputs import load_model_inputs
 from spark_jobs.model_outputs import model_hierarchy_frame, model_outputs_frame
@@ -57,102 +55,19 @@ GRAPH_TABLES = ("graph_nodes", "graph_edges", "graph_views")
 CONTENT_TABLE = "content_embeddings"
 OUTPUT_TABLES = ("model_outputs", "model_hierarchy")
 
-_M, _T = ModelConfig(), TrainConfig()
-#: TrainingConfig fields passed to ModelConfig / TrainConfig unchanged.
-MODEL_FIELDS = ("hidden_dim", "num_layers", "num_heads", "mlp_ratio", "out_dim", "id_buckets", "max_dist",
-                "num_edge_types", "student_temp", "teacher_temp", "center_momentum", "teacher_target",
-                "sinkhorn_iters", "engagement_temp", "engagement_weight", "engagement_logq",
-                "distillation_weight", "use_content", "structural_bias", "dropout", "node_dropout", "edge_dropout",
-                "attn_block_size", "attention_backend")
-TRAIN_FIELDS = ("epochs", "batch_size", "engagement_batch_size", "lr", "min_lr", "warmup_steps", "weight_decay",
-                "grad_clip", "ema_momentum", "ema_momentum_end", "seed", "device", "bf16", "log_every", "pad_to",
-                "infer_batch_size", "published_encoder")
-
-
 class TrainingConfig(dg.Config):
-    """Run config of ``interest_model``: the useful fields of ``ModelConfig`` / ``TrainConfig`` (same defaults, see
-    :mod:`hir_pipeline.model.config` for the full meaning) plus how the asset runs."""
+    """Run config of ``interest_model``: how the asset runs. The model and training settings are the
+    ``model_settings`` resource (shared with the evaluation), the funnel and ``max_dist`` the ``graph_settings``
+    resource (shared with the graph the model reads)."""
 
-    # -- model
-    level_sizes: list[int] = Field(list(_M.level_sizes), description="Prototypes per hierarchy level, coarsest "
-                                   "first (level 0 = coarsest); each level at least as large as the previous.")
-    hidden_dim: int = Field(_M.hidden_dim, description="Token width of the graph transformer.")
-    num_layers: int = Field(_M.num_layers, description="Transformer layers.")
-    num_heads: int = Field(_M.num_heads, description="Attention heads (hidden_dim must be divisible by it).")
-    mlp_ratio: int = Field(_M.mlp_ratio, description="Feed-forward width as a multiple of hidden_dim.")
-    out_dim: int = Field(_M.out_dim, description="Width of the published, L2-normalised embedding.")
-    id_buckets: int = Field(_M.id_buckets, description="Hashed-ID embedding buckets (nodes with history only).")
-    max_dist: int = Field(_M.max_dist, description="Largest shortest-path distance with its own attention bias; "
-                          "keep equal to the graph's max_dist.")
-    num_edge_types: int = Field(_M.num_edge_types, description="Edge-type vocabulary size; raised automatically "
-                                "when the graph has more edge types.")
-    student_temp: float = Field(_M.student_temp, description="DINO student softmax temperature (and that of the "
-                                "published cluster probabilities when published_encoder is 'student').")
-    teacher_temp: float = Field(_M.teacher_temp, description="DINO teacher temperature (sharpening; and that of "
-                                "the published cluster probabilities when published_encoder is 'teacher').")
-    center_momentum: float = Field(_M.center_momentum, description="EMA momentum of the teacher center.")
-    teacher_target: str = Field(_M.teacher_target, description="'centering' (DINO) or 'sinkhorn' (balanced).")
-    sinkhorn_iters: int = Field(_M.sinkhorn_iters, description="Sinkhorn-Knopp iterations.")
-    engagement_temp: float = Field(_M.engagement_temp, description="Temperature of the engagement InfoNCE.")
-    engagement_weight: float = Field(_M.engagement_weight, description="Weight of the engagement loss.")
-    engagement_logq: bool = Field(_M.engagement_logq, description="Correct the engagement InfoNCE for in-batch "
-                                  "sampling (logQ): popular items are not pushed down for being frequent negatives.")
-    distillation_weight: float = Field(_M.distillation_weight, description="Weight of the DINO losses (0: no "
-                                       "self-distillation, an ablation).")
-    use_content: bool = Field(_M.use_content, description="Feed the content embeddings (False: an ablation).")
-    structural_bias: bool = Field(_M.structural_bias, description="Learned distance / type-pair / edge-type "
-                                  "attention biases (False: plain attention within each view, an ablation).")
-    dropout: float = Field(_M.dropout, description="Dropout on attention output and feed-forward.")
-    node_dropout: float = Field(_M.node_dropout, description="Student view: probability of dropping a node.")
-    edge_dropout: float = Field(_M.edge_dropout, description="Student view: probability of hiding an edge.")
-    attn_block_size: int = Field(_M.attn_block_size, description="Query block of the attention kernels.")
-    attention_backend: str = Field(_M.attention_backend, description="'auto', 'flex', 'chunked' or 'dense'.")
-    # -- training
-    epochs: int = Field(_T.epochs, description="Passes over all anchors.")
-    batch_size: int = Field(_T.batch_size, description="Anchors (view pairs) per step.")
-    engagement_batch_size: int = Field(_T.engagement_batch_size, description="Engaged (user, item) pairs per "
-                                       "step; 0 disables the engagement loss.")
-    lr: float = Field(_T.lr, description="Peak AdamW learning rate (linear warm-up, cosine decay).")
-    min_lr: float = Field(_T.min_lr, description="Final learning rate.")
-    warmup_steps: int = Field(_T.warmup_steps, description="Linear warm-up steps.")
-    weight_decay: float = Field(_T.weight_decay, description="AdamW weight decay.")
-    grad_clip: float = Field(_T.grad_clip, description="Max gradient norm (0 disables clipping).")
-    ema_momentum: float = Field(_T.ema_momentum, description="Teacher EMA momentum at the start.")
-    ema_momentum_end: float = Field(_T.ema_momentum_end, description="Teacher EMA momentum at the end.")
-    seed: int = Field(_T.seed, description="Seed of every random choice: same seed, same inputs, same machine "
-                      "and thread count = identical model on CPU.")
-    device: str = Field(_T.device, description="'auto' (CUDA when present, else CPU), 'cpu' or 'cuda[:i]'.")
-    bf16: bool = Field(_T.bf16, description="bf16 autocast on CUDA devices that support it.")
-    log_every: int = Field(_T.log_every, description="Log progress every this many steps (0: per epoch only).")
-    pad_to: int = Field(_T.pad_to, description="Packed sequence lengths are padded to a multiple of this.")
-    infer_batch_size: int = Field(_T.infer_batch_size, description="Views per inference batch.")
-    published_encoder: Literal["student", "teacher"] = Field(
-        _T.published_encoder, description="Which trained network is published (embeddings, cluster probabilities, "
-        "the MLflow model): 'student' or the EMA 'teacher'. DINO publishes the teacher, which wins after a long "
-        "schedule; after a short CPU one it lags the student (MovieLens, config/cpu_sample.yaml, 184 steps: "
-        "Recall@20 warm/cold 0.156/0.167 teacher vs 0.210/0.224 student). Each embeds the views it was trained on "
-        "(student: narrow, teacher: broad). The student's cluster probabilities are softmax(logits / "
-        "student_temp), uncentred; the teacher's softmax((logits - center) / teacher_temp).")
-    # -- inputs
-    funnel: list[str] = Field(list(DEFAULT_FUNNEL), description="Event types, shallow to deep (as in the graph).")
-    engagement_weights: list[float] | None = Field(None, description="Weight of an engaged pair per funnel stage "
-                                                   "(aligned with funnel; 0 = not engagement). Default: depth "
-                                                   "above the first stage (0, 1, 2, 3).")
     require_content: bool = Field(True, description="Fail when content_embeddings has no rows; False trains on "
                                   "structure alone.")
-    # -- run behaviour
     torch_threads: int = Field(0, description="torch intra-op threads (0: torch's default).")
     time_budget_s: float | None = Field(None, description="Stop after the epoch during which this many seconds "
                                         "of training have passed; the asset fails and the next run resumes.")
     keep_checkpoints: bool = Field(False, description="Keep the epoch checkpoints after a successful run.")
     progress_every_s: float = Field(10.0, description="Interval of the Spark progress lines in the run log while "
                                     "the graph is collected to the driver.")
-
-    def to_model_config(self) -> ModelConfig:
-        return ModelConfig(level_sizes=tuple(self.level_sizes), **{f: getattr(self, f) for f in MODEL_FIELDS})
-
-    def to_train_config(self) -> TrainConfig:
-        return TrainConfig(**{f: getattr(self, f) for f in TRAIN_FIELDS})
 
 
 def checkpoint_dir(day: dt.date) -> Path:
@@ -243,6 +158,8 @@ def interest_model(
     spark: SparkResource,
     lake: LakeResource,
     mlflow: MLflowResource,
+    graph_settings: GraphSettingsResource,
+    model_settings: ModelSettingsResource,
 ) -> dg.MaterializeResult:
     import mlflow as mlf
     import torch
@@ -250,6 +167,7 @@ def interest_model(
     from hir_pipeline.training.fit import fit_and_embed, resolve_model_config, run_fingerprint
 
     day = run_date(context)
+    graph_cfg, train_cfg = graph_settings.graph_config(), model_settings.train_config()
     session = spark.get_session()
     t_start = time.perf_counter()
     frames = read_inputs(session, lake, day, config.require_content)
@@ -259,7 +177,7 @@ def interest_model(
     with spark_progress(context, session, "interest_model: collect inputs", config.progress_every_s):
         inputs = load_model_inputs(
             frames["graph_nodes"][0], frames["graph_views"][0], content, frames["graph_edges"][0],
-            funnel=config.funnel, engagement_weights=config.engagement_weights,
+            funnel=graph_cfg.funnel, engagement_weights=train_cfg.engagement_weights,
             provenance={"delta_versions": versions}, progress=context.log.info,
         )
     collect_s = time.perf_counter() - t_start
@@ -269,8 +187,7 @@ def interest_model(
 
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
-    model_cfg = resolve_model_config(config.to_model_config(), inputs)
-    train_cfg = config.to_train_config()
+    model_cfg = resolve_model_config(model_settings.model_config_for(graph_cfg), inputs)
     fingerprint = run_fingerprint(inputs, model_cfg, train_cfg)
     ckpt = checkpoint_dir(day)
     experiment_id = mlflow.activate()
@@ -284,10 +201,10 @@ def interest_model(
         mlf.set_tags({TAG_RUN_DATE: str(day), "hir.fingerprint": fingerprint, "hir.dagster_run_id": context.run.run_id,
                       **{f"hir.input.{t}.delta_version": str(v) for t, v in versions.items()}})
         mlf.log_params({**flat_params("model", vars(model_cfg)),
-                        **flat_params("train", {f: getattr(train_cfg, f) for f in TRAIN_FIELDS if f != "device"}),
+                        **flat_params("train", {f: getattr(train_cfg, f) for f in TrainSection.core_fields
+                                                if f != "device"}),
                         **flat_params("inputs", summary),
-                        "inputs.engagement_weights": str(config.engagement_weights),
-                        "inputs.funnel": str(config.funnel)})
+                        "inputs.funnel": str(list(graph_cfg.funnel))})
         if resume_id is None:
             log_input_tables(frames, day, {
                 "graph_nodes": inputs.num_nodes, "graph_views": summary["num_broad_views"] + summary[
@@ -300,12 +217,12 @@ def interest_model(
             mlf.log_metrics(epoch_metrics(metrics), step=epoch)
             trained.append(epoch)
             elapsed = time.perf_counter() - t_train
-            left = config.epochs - epoch - 1
-            context.log.info(f"epoch {epoch + 1}/{config.epochs} done: loss {metrics['loss']:.4f}"
+            left = train_cfg.epochs - epoch - 1
+            context.log.info(f"epoch {epoch + 1}/{train_cfg.epochs} done: loss {metrics['loss']:.4f}"
                              + (f", ~{elapsed / len(trained) * left:.0f}s to go" if left else ""))
             if left and config.time_budget_s is not None and elapsed >= config.time_budget_s:
                 raise dg.Failure(
-                    f"time budget of {config.time_budget_s}s spent after epoch {epoch + 1}/{config.epochs}; "
+                    f"time budget of {config.time_budget_s}s spent after epoch {epoch + 1}/{train_cfg.epochs}; "
                     f"checkpoint kept in {ckpt}: materialize {day} again to resume",
                     metadata={"epochs_done": epoch + 1, "checkpoint_dir": str(ckpt)},
                 )

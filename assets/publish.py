@@ -25,14 +25,15 @@ from pathlib import Path
 
 import dagster as dg
 import numpy as np
+from pydantic import Field
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_progress
 from hir_pipeline.publish.pictures import ClusterNode, embedding_map_png, hierarchy_sunburst_png
-from hir_pipeline.publish.stable_ids import MatchConfig
 from resources import LakeResource, MLflowResource, SparkResource
+from resources.config_schema import config_class
 from spark_jobs.delta_io import read_table
 from spark_jobs.publish import (
     WRITE_ORDER,
@@ -57,37 +58,12 @@ DESCRIPTIONS = {
 }
 
 
-class PublishConfig(dg.Config):
-    """How a publication is built.
+class PublishConfig(config_class(PublishSettings, name="PublishFields")):
+    """How a publication is built (the fields of :class:`spark_jobs.publish.PublishSettings`, derived from it) and
+    how its pictures are drawn."""
 
-    Attributes:
-        top_members: entity IDs listed per cluster in ``cluster_profiles.top_members``.
-        top_member_types: entity types eligible as top members (users are left out by default).
-        label_terms: TF-IDF terms per cluster label.
-        min_jaccard: least membership Jaccard for a new cluster to inherit an old cluster's ID.
-        min_cosine: least prototype cosine for the fallback match (clusters without shared members).
-        supergraph_edge_types: graph edge types aggregated into the super-graph (None: all of them).
-        map_points: most embeddings drawn on the 2-D map (a deterministic hash sample).
-        picture_dpi: resolution of the pictures.
-    """
-
-    top_members: int = 10
-    top_member_types: list[str] = ["ad", "campaign", "advertiser", "product", "category"]
-    label_terms: int = 3
-    min_jaccard: float = 0.1
-    min_cosine: float = 0.7
-    supergraph_edge_types: list[str] | None = None
-    map_points: int = 5000
-    picture_dpi: int = 80
-
-    def settings(self) -> PublishSettings:
-        return PublishSettings(
-            match=MatchConfig(min_jaccard=self.min_jaccard, min_cosine=self.min_cosine),
-            top_members=self.top_members,
-            top_member_types=tuple(self.top_member_types),
-            label_terms=self.label_terms,
-            supergraph_edge_types=tuple(self.supergraph_edge_types) if self.supergraph_edge_types else None,
-        )
+    map_points: int = Field(5000, description="Most embeddings drawn on the 2-D map (a deterministic hash sample).")
+    picture_dpi: int = Field(80, description="Resolution of the pictures.")
 
 
 # --- pictures ------------------------------------------------------------------------------------
@@ -240,7 +216,7 @@ def publish_tables(
     context.log.info(f"Publishing run date {day}: {inputs.n_levels} levels, graph_edges of {inputs.edges_date}, "
                      f"matching IDs to the publication of {prev_date or '(none: first publication)'}")
     with stages("stable IDs and labels"):
-        pub = build_from_inputs(session, inputs, day, config.settings())
+        pub = build_from_inputs(session, inputs, day, config.to_dataclass())
     with stages("write"):
         written = write_publication(session, pub, lake.path, day, lambda t, v, n: context.log.info(
             f"{t}: {n:,} rows for {day}, Delta version {v}"))

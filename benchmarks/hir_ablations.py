@@ -7,7 +7,7 @@ pickle, then trains one HIR model per variant with torch only and scores it like
 product of the published, L2-normalised embeddings; warm and cold items). Variants (``--variants``):
 
 * ``full``            -- the configuration given (``--set`` overrides on top of ``config/cpu_sample.yaml``'s
-  ``interest_model`` settings),
+  ``model_settings`` resource),
 * ``no_distillation`` -- ``distillation_weight = 0`` (engagement objective only),
 * ``no_content``      -- ``use_content = False`` (IDs, types, degrees and structure only),
 * ``no_structure``    -- ``structural_bias = False`` (plain attention within each view),
@@ -59,14 +59,12 @@ ENCODERS = ("teacher", "student")
 
 
 def sample_settings(path: Path = SAMPLE_CONFIG) -> dict:
-    """The ``interest_model`` settings of ``config/cpu_sample.yaml`` that are ModelConfig / TrainConfig fields."""
+    """The ``model_settings`` resource of ``config/cpu_sample.yaml``, its ``model`` and ``train`` sections merged
+    (ModelConfig / TrainConfig fields)."""
     import yaml
 
-    from hir_pipeline.model.config import ModelConfig, TrainConfig
-
-    known = {f.name for cls in (ModelConfig, TrainConfig) for f in dataclasses.fields(cls)}
-    config = (yaml.safe_load(path.read_text()) or {})["ops"]["interest_model"]["config"]
-    return {k: v for k, v in config.items() if k in known}
+    config = (yaml.safe_load(path.read_text()) or {})["resources"]["model_settings"]["config"]
+    return {**(config.get("model") or {}), **(config.get("train") or {})}
 
 
 def prepare(lake: str, day: dt.date) -> dict:
@@ -75,19 +73,16 @@ def prepare(lake: str, day: dt.date) -> dict:
 
     from resources import SparkResource
     from spark_jobs.delta_io import read_table
-    from spark_jobs.evaluation import prepare_evaluation
+    from spark_jobs.evaluation import EvaluationJobConfig, prepare_evaluation
     from spark_jobs.evaluation_data import collect_content
-    from spark_jobs.evaluation_split import SplitConfig
-    from spark_jobs.graph import GraphConfig
 
     session = SparkResource().get_session()
     bronze = {t: read_table(session, f"{lake}/{t}") for t in ("entities", "relations", "events")}
     content = read_table(session, f"{lake}/content_embeddings")
     if "run_date" in content.columns:
         content = content.where(F.col("run_date") == F.lit(day))
-    split_cfg = SplitConfig()
     split, data, inputs = prepare_evaluation(bronze["entities"], bronze["relations"], bronze["events"], content,
-                                             day, split_cfg, GraphConfig(funnel=split_cfg.funnel))
+                                             day, EvaluationJobConfig())
     return {"data": data, "inputs": inputs, "item_content": collect_content(content, data.item_ids),
             "note": split.note}
 

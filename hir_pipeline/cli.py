@@ -12,7 +12,7 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from hir_pipeline.settings import cache_dir, default_lake_root, project_root, state_dir
@@ -124,17 +124,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     partition, window = _resolve_partition(args.source, args.partition)
     resources = default_resources(args.lake, args.source)
     print(f"hir evaluate: source={args.source} lake={resources['lake'].root} run date={partition}", flush=True)
-    eval_config = evaluation_run_config(args.config)
+    run_config = evaluation_run_config(args.config, resources)
+    run_config["ops"].setdefault("bronze_tables", {}).setdefault("config", {})["window"] = window
     if args.epochs is not None:
-        eval_config["epochs"] = args.epochs
+        run_config["ops"].setdefault("evaluation_report", {}).setdefault("config", {})["epochs"] = args.epochs
     selection = dg.AssetSelection.groups("ingestion") | dg.AssetSelection.assets("content_embeddings",
                                                                                  "evaluation_report")
     everything = [*dg.load_assets_from_modules(ASSET_MODULES), *dg.load_asset_checks_from_modules(ASSET_MODULES)]
     result = dg.materialize(
         everything, selection=selection, partition_key=partition, resources=resources,
-        instance=dg.DagsterInstance.get(), raise_on_error=False,
-        run_config=dg.RunConfig(ops={"bronze_tables": {"config": {"window": window}},
-                                     "evaluation_report": {"config": eval_config}}),
+        instance=dg.DagsterInstance.get(), raise_on_error=False, run_config=run_config,
     )
     reports = [e for e in result.get_asset_materialization_events()
                if e.asset_key == dg.AssetKey("evaluation_report")]
@@ -171,10 +170,23 @@ def load_run_config(path: str | None, job) -> dict:
     return config
 
 
-def evaluation_run_config(path: str | None) -> dict:
-    """The ``evaluation_report`` config of a run-config YAML (``ops: {evaluation_report: {config: ...}}``)."""
-    ops = read_run_config(path).get("ops") or {}
-    return dict((ops.get("evaluation_report") or {}).get("config") or {})
+#: The assets ``hir evaluate`` runs (its ops, whose config a run-config file may hold).
+EVALUATE_OPS = ("bronze_tables", "content_embeddings", "evaluation_report")
+
+
+def evaluation_run_config(path: str | None, resources: Collection[str]) -> dict:
+    """The part of a run-config YAML that ``hir evaluate`` uses: the config of its ops (:data:`EVALUATE_OPS`) and
+    of the ``resources`` it runs with (``model_settings``, the evaluation's fallback HIR settings, and
+    ``graph_settings`` among them).
+
+    Args:
+        path: the YAML file, or ``None``.
+        resources: keys of the resources of the run.
+    """
+    config = read_run_config(path)
+    ops = config.get("ops") or {}
+    return {"ops": {op: dict(value) for op, value in ops.items() if op in EVALUATE_OPS},
+            "resources": {key: value for key, value in (config.get("resources") or {}).items() if key in resources}}
 
 
 def _mlflow_uri() -> str:
@@ -216,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--partition", default=None, metavar="YYYY-MM-DD",
                     help="run date (default: backfill and evaluate as of the latest event date)")
     ev.add_argument("--config", default=None, metavar="YAML",
-                    help="run config whose ops.evaluation_report.config is used, e.g. config/cpu_sample.yaml")
+                    help="run config whose resources and evaluation_report (ingestion, content) config are used, "
+                         "e.g. config/cpu_sample.yaml")
     ev.add_argument("--epochs", type=int, default=None, help="override the evaluation model's training epochs")
     ev.add_argument("--report", default=None, metavar="PATH", help="also write the comparison table (markdown)")
     ev.set_defaults(func=cmd_evaluate)

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 ENTITY_TYPES: tuple[str, ...] = ("user", "ad", "campaign", "advertiser", "product", "category")
 #: Entity types that carry content (text / image / attributes) and get world-knowledge embeddings.
 CONTENT_ENTITY_TYPES: tuple[str, ...] = ("ad", "campaign", "advertiser", "product", "category")
-#: Default funnel, shallow to deep. Configurable through ``IngestionConfig.funnel``.
+#: Default funnel, shallow to deep. Configurable through ``GraphConfig.funnel`` (the ``graph_settings`` resource).
 DEFAULT_FUNNEL: tuple[str, ...] = ("impression", "click", "add_to_cart", "conversion")
+#: Default largest shortest-path distance in a view (``GraphConfig.max_dist``; the model's follows it).
+DEFAULT_MAX_DIST = 4
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,20 @@ from hir_pipeline.settings import (
     default_mlflow_tracking_uri,
     default_spark_master,
 )
-from resources import GraphSettingsResource, LakeResource, MLflowResource, SourceResource, SparkResource
+from resources import (
+    GraphSettingsResource,
+    LakeResource,
+    MLflowResource,
+    ModelSettingsResource,
+    SourceResource,
+    SparkResource,
+)
 
 NIGHTLY_JOB = "hir_nightly"
 
 
 def default_resources(lake_root: str | None = None, source: str | None = None) -> dict[str, dg.ConfigurableResource]:
-    """Embedded defaults (local Spark, a local lake, SQLite MLflow, the default graph settings).
+    """Embedded defaults (local Spark, a local lake, SQLite MLflow, the default graph and model settings).
 
     Each is overridable by environment where it says so, and by the ``resources:`` section of a run config.
 
@@ -39,8 +46,10 @@ def default_resources(lake_root: str | None = None, source: str | None = None) -
             tracking_uri=default_mlflow_tracking_uri(), artifact_location=default_mlflow_artifact_root()
         ),
         "source": SourceResource(location=source or os.environ.get("HIR_SOURCE", "movielens")),
-        # one set of graph settings for graph_edges, graph_nodes, graph_views and evaluation_report
+        # one set of graph settings (funnel, max_dist, ...) for ingestion, the graph, the model and the evaluation
         "graph_settings": GraphSettingsResource(),
+        # one set of model and training settings for interest_model and the evaluation's fallback
+        "model_settings": ModelSettingsResource(),
     }
 
 

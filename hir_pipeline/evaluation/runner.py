@@ -12,7 +12,8 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 
 #: ``(method, split, metric, value)``.
 MetricRow = tuple[str, str, str, float]
+Baseline = Literal["popularity", "als", "lightgcn", "content", "random"]
+#: Every baseline there is; the default runs all but ``random``.
+KNOWN_BASELINES: tuple[str, ...] = get_args(Baseline)
 BASELINES = ("popularity", "als", "lightgcn", "content")
 
 
@@ -41,18 +45,26 @@ class EvaluationSettings:
     """What is evaluated and how.
 
     Args:
-        k: ranking cut-off (Recall@k, NDCG@k).
-        baselines: baselines to run, among ``popularity``, ``als``, ``lightgcn``, ``content``, ``random``.
+        k: ranking cut-off of Recall@k and NDCG@k (and of the Recall@k the ALS grid maximises).
+        baselines: baselines to run, among ``popularity``, ``als``, ``lightgcn``, ``content`` (and ``random``).
         als: ALS grid.
         lightgcn: LightGCN settings.
-        seed: seed of the random baseline.
+        seed: seed of the baselines (ALS initialisation and validation split, LightGCN, random); it replaces
+            the seeds of ``als`` and ``lightgcn``.
     """
 
     k: int = 20
-    baselines: tuple[str, ...] = BASELINES
+    baselines: tuple[Baseline, ...] = BASELINES
     als: ALSConfig = field(default_factory=ALSConfig)
     lightgcn: LightGCNConfig = field(default_factory=LightGCNConfig)
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = [b for b in self.baselines if b not in KNOWN_BASELINES]
+        if unknown:
+            raise ValueError(f"unknown baseline {unknown[0]!r} in baselines; known: {', '.join(KNOWN_BASELINES)}")
+        if self.k < 1:
+            raise ValueError("k must be >= 1")
 
 
 def make_baselines(settings: EvaluationSettings, content: np.ndarray | None) -> list[Scorer]:
@@ -66,10 +78,10 @@ def make_baselines(settings: EvaluationSettings, content: np.ndarray | None) -> 
     for name in settings.baselines:
         if name == "popularity":
             out.append(PopularityScorer())
-        elif name == "als":
-            out.append(ALSScorer(settings.als))
+        elif name == "als":  # one cut-off and one seed for every method
+            out.append(ALSScorer(replace(settings.als, k=settings.k, seed=settings.seed)))
         elif name == "lightgcn":
-            out.append(LightGCNScorer(settings.lightgcn))
+            out.append(LightGCNScorer(replace(settings.lightgcn, seed=settings.seed)))
         elif name == "content":
             if content is None or content.shape[1] == 0:
                 log.warning("no content embeddings: the content-only baseline is skipped")
@@ -78,7 +90,7 @@ def make_baselines(settings: EvaluationSettings, content: np.ndarray | None) -> 
         elif name == "random":
             out.append(RandomScorer(settings.seed))
         else:
-            raise ValueError(f"unknown baseline {name!r}; known: {', '.join((*BASELINES, 'random'))}")
+            raise ValueError(f"unknown baseline {name!r}; known: {', '.join(KNOWN_BASELINES)}")
     return out
 
 

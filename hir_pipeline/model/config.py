@@ -2,18 +2,25 @@
 
 Every knob of the graph transformer (``hir_pipeline.model.encoder``), the prototype hierarchy
 (``hir_pipeline.model.hierarchy``), the self-distillation objective (``hir_pipeline.model.distillation``)
-and the training loop (``hir_pipeline.training.trainer``) lives here, with its default documented, so
-the orchestration layer can expose them unchanged as run config.
+and the training loop (``hir_pipeline.training.trainer``) lives here: its type, default, validation and
+description (the ``Args:`` sections below). The orchestration layer derives its Dagster config from these
+classes, so a field added here is a setting of the pipeline with no other edit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
-from hir_pipeline.contracts import DEGREE_BUCKETS, ENTITY_TYPES
+from hir_pipeline.contracts import DEFAULT_MAX_DIST, DEGREE_BUCKETS, ENTITY_TYPES
 
-#: Values of ``TrainConfig.published_encoder``.
-PUBLISHED_ENCODERS = ("student", "teacher")
+TeacherTarget = Literal["centering", "sinkhorn"]
+AttentionBackend = Literal["auto", "flex", "chunked", "dense"]
+PublishedEncoder = Literal["student", "teacher"]
+#: Values of ``ModelConfig.teacher_target``, ``ModelConfig.attention_backend``, ``TrainConfig.published_encoder``.
+TEACHER_TARGETS: tuple[str, ...] = get_args(TeacherTarget)
+ATTENTION_BACKENDS: tuple[str, ...] = get_args(AttentionBackend)
+PUBLISHED_ENCODERS: tuple[str, ...] = get_args(PublishedEncoder)
 
 
 @dataclass(frozen=True)
@@ -31,13 +38,17 @@ class ModelConfig:
         num_node_types: size of the node-type vocabulary (``len(ENTITY_TYPES)``).
         degree_buckets: number of degree buckets (``contracts.DEGREE_BUCKETS``).
         id_buckets: hashed-ID embedding buckets, used only for nodes with interaction history.
-        max_dist: largest shortest-path distance stored in views; ``max_dist + 1`` means unreachable.
-        num_edge_types: edge-type vocabulary size excluding 0 ("no direct edge"); ids are 1..num_edge_types.
+        max_dist: largest shortest-path distance stored in views; ``max_dist + 1`` means unreachable. It must be
+            the ``max_dist`` the views were built with (the pipeline takes it from the graph settings).
+        num_edge_types: edge-type vocabulary size excluding 0 ("no direct edge"); ids are 1..num_edge_types
+            (raised to the graph's when it has more edge types).
         level_sizes: prototypes per hierarchy level, **coarsest first** so that model level ``i`` is
             ``cluster_assignments.level == i`` (0 = coarsest). Each level must be at least as large as the
             one before it.
-        student_temp: DINO student softmax temperature.
-        teacher_temp: DINO teacher softmax temperature (sharpening; lower = sharper).
+        student_temp: DINO student softmax temperature (and that of the published cluster probabilities when
+            the student is published).
+        teacher_temp: DINO teacher softmax temperature (sharpening; lower = sharper; and that of the published
+            cluster probabilities when the teacher is published).
         center_momentum: EMA momentum of the teacher center (DINO centering).
         teacher_target: ``"centering"`` (DINO center + sharpen) or ``"sinkhorn"`` (Sinkhorn-Knopp
             balanced targets, SwAV / DINOv2 style).
@@ -69,13 +80,13 @@ class ModelConfig:
     num_node_types: int = len(ENTITY_TYPES)
     degree_buckets: int = DEGREE_BUCKETS
     id_buckets: int = 1 << 16
-    max_dist: int = 4
+    max_dist: int = DEFAULT_MAX_DIST
     num_edge_types: int = 32
     level_sizes: tuple[int, ...] = (8, 64, 512)
     student_temp: float = 0.1
     teacher_temp: float = 0.04
     center_momentum: float = 0.9
-    teacher_target: str = "centering"
+    teacher_target: TeacherTarget = "centering"
     sinkhorn_iters: int = 3
     engagement_temp: float = 0.1
     engagement_weight: float = 1.0
@@ -87,7 +98,7 @@ class ModelConfig:
     node_dropout: float = 0.1
     edge_dropout: float = 0.1
     attn_block_size: int = 128
-    attention_backend: str = "auto"
+    attention_backend: AttentionBackend = "auto"
     compile_flex_cpu: bool = False
 
     def __post_init__(self) -> None:
@@ -95,8 +106,10 @@ class ModelConfig:
             raise ValueError("hidden_dim must be divisible by num_heads")
         if list(self.level_sizes) != sorted(self.level_sizes):
             raise ValueError("level_sizes are coarsest first and must not shrink")
-        if self.teacher_target not in ("centering", "sinkhorn"):
-            raise ValueError(f"unknown teacher_target {self.teacher_target!r}")
+        if self.teacher_target not in TEACHER_TARGETS:
+            raise ValueError(f"unknown teacher_target {self.teacher_target!r}; one of {TEACHER_TARGETS}")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ValueError(f"unknown attention_backend {self.attention_backend!r}; one of {ATTENTION_BACKENDS}")
 
     @property
     def num_levels(self) -> int:
@@ -118,25 +131,28 @@ class TrainConfig:
         grad_clip: max gradient norm (0 disables clipping).
         ema_momentum: teacher EMA momentum at the start; it follows a cosine to ``ema_momentum_end``.
         ema_momentum_end: teacher EMA momentum at the end of training.
-        seed: seed of every random choice (batching, augmentation, dropout, init).
+        seed: seed of every random choice (batching, augmentation, dropout, init): same seed, same inputs, same
+            machine and thread count give an identical model on CPU.
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda[:i]"``.
         bf16: bf16 autocast on CUDA devices that support it (ignored on CPU).
         checkpoint_dir: directory of per-epoch checkpoints; ``None`` disables checkpointing/resume.
         resume: resume from the latest checkpoint in ``checkpoint_dir`` when there is one.
         keep_checkpoints: how many most recent checkpoints to keep.
-        log_every: log progress every this many steps.
+        log_every: log progress every this many steps (0: once per epoch only).
         pad_to: packed sequence lengths are padded to a multiple of this (FlexAttention block size).
         infer_batch_size: views per batch in ``infer``.
         published_encoder: which of the two trained networks is published (embeddings, cluster probabilities,
             the logged model): ``"student"`` or ``"teacher"`` (the EMA model). DINO publishes the teacher, whose
-            weight average beats the student after a long schedule; with a short CPU schedule the EMA teacher
-            lags the student instead. On the MovieLens evaluation split with ``config/cpu_sample.yaml`` (8
-            epochs, 184 steps) Recall@20 warm / cold was 0.156 / 0.167 for the teacher and 0.210 / 0.224 for the
-            student (content-only cold 0.145), hence the default ``"student"``. Each network embeds the views it
-            was trained on (student: narrow, teacher: broad; ``Trainer.training_views``). The student's cluster
-            probabilities are ``softmax(logits / student_temp)`` without centering: exactly the distribution the
-            DINO loss fits to the teacher's targets (the centers are a running mean of *teacher* logits and
-            belong to the teacher, whose probabilities stay ``softmax((logits - center) / teacher_temp)``).
+            weight average wins after a long schedule; after a short CPU schedule the EMA teacher lags the student
+            instead (measured in ``docs/results.md``), hence the default ``"student"``. Each network embeds the
+            views it was trained on (student: narrow, teacher: broad; ``Trainer.training_views``). The student's
+            cluster probabilities are ``softmax(logits / student_temp)`` without centering: exactly the
+            distribution the DINO loss fits to the teacher's targets (the centers are a running mean of *teacher*
+            logits and belong to the teacher, whose probabilities stay ``softmax((logits - center) /
+            teacher_temp)``).
+        engagement_weights: weight of an engaged (user, item) pair in the engagement loss per funnel stage,
+            aligned with the graph's funnel (0 = not engagement); ``None``: the stage's depth above the first
+            (``0, 1, 2, 3`` for the default funnel).
     """
 
     epochs: int = 10
@@ -158,7 +174,8 @@ class TrainConfig:
     log_every: int = 50
     pad_to: int = 128
     infer_batch_size: int = 256
-    published_encoder: str = "student"
+    published_encoder: PublishedEncoder = "student"
+    engagement_weights: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.published_encoder not in PUBLISHED_ENCODERS:

@@ -1,10 +1,14 @@
-"""Configuration of the interaction graph and its sampled views (one frozen dataclass)."""
+"""Configuration of the interaction graph and its sampled views (one frozen dataclass).
+
+The funnel, its stage weights and ``max_dist`` are read from here by every stage that needs them (ingestion,
+the graph, the model, the evaluation), through the ``graph_settings`` resource, so they always agree.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hir_pipeline.contracts import DEFAULT_FUNNEL
+from hir_pipeline.contracts import DEFAULT_FUNNEL, DEFAULT_MAX_DIST
 
 
 @dataclass(frozen=True)
@@ -12,10 +16,11 @@ class GraphConfig:
     """How the typed, weighted, time-decayed interaction graph and its views are built.
 
     Args:
-        funnel: event types, shallow to deep (``contracts.DEFAULT_FUNNEL``). A user -> entity edge is typed by
-            the deepest stage the user reached on that entity.
-        stage_weights: weight of one event of each funnel stage, aligned with ``funnel``
-            (default impression 0.1, click 1, add_to_cart 3, conversion 10).
+        funnel: event types, shallow to deep (``contracts.DEFAULT_FUNNEL``): the event types ingestion accepts;
+            a user -> entity edge is typed by the deepest stage the user reached on that entity.
+        stage_weights: weight of one event of each funnel stage, aligned with ``funnel`` (default impression
+            0.1, click 1, add_to_cart 3, conversion 10), in the graph's edges and in the evaluation baselines'
+            training matrix.
         half_life_days: half life of the exponential time decay ``2 ** (-age_days / half_life_days)``; age is
             counted in whole days from the event date to the run date (never the wall clock).
         lookback_days: only events with ``run_date - lookback_days < event_date <= run_date`` are used;
@@ -23,7 +28,8 @@ class GraphConfig:
         broad_fanout: neighbours sampled per node at each hop of the broad (teacher) view; its length is the
             number of hops (default 2 hops: 16 then 4 per node).
         narrow_fanout: same for the narrow (student) view (default 1 hop of 8).
-        max_dist: shortest-path distances are truncated here; unreachable pairs get ``max_dist + 1``.
+        max_dist: shortest-path distances are truncated here (1..126); unreachable pairs get ``max_dist + 1``.
+            The model's attention has one distance bias per value, so it follows this one.
         max_view_nodes: hard cap on the nodes of one view (anchor included); nodes sampled at later hops and
             with larger sampling keys are dropped first and the view is marked ``truncated``.
         hub_cap: at most this many candidate neighbours of one node are considered when sampling from it
@@ -39,7 +45,7 @@ class GraphConfig:
     lookback_days: int | None = None
     broad_fanout: tuple[int, ...] = (16, 4)
     narrow_fanout: tuple[int, ...] = (8,)
-    max_dist: int = 4
+    max_dist: int = DEFAULT_MAX_DIST
     max_view_nodes: int = 96
     hub_cap: int = 32
     centrality_buckets: int = 10

@@ -12,7 +12,14 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from resources import GraphSettingsResource, LakeResource, MLflowResource, SourceResource, SparkResource
+from resources import (
+    GraphSettingsResource,
+    LakeResource,
+    MLflowResource,
+    ModelSettingsResource,
+    SourceResource,
+    SparkResource,
+)
 from spark_jobs.sources.synthetic import SyntheticConfig, write_synthetic_source
 
 #: Small enough for seconds-long Spark jobs, big enough for every entity type and funnel stage.
@@ -30,10 +37,10 @@ def tiny_source(spark, tmp_path_factory) -> Path:
 
 
 def make_resources(spark, lake_root: Path, source: str | Path, mlflow_dir: Path | None = None,
-                   graph: GraphSettingsResource | None = None) -> dict:
+                   graph: GraphSettingsResource | None = None, model: ModelSettingsResource | None = None) -> dict:
     """Real resources over a temporary lake; the Spark resource reuses the test session.
 
-    ``graph``: the graph settings (default: the production defaults).
+    ``graph`` / ``model``: the graph / model settings (default: the production defaults).
     """
     mlflow_dir = mlflow_dir or lake_root.parent / "mlflow"
     mlflow_dir.mkdir(parents=True, exist_ok=True)
@@ -44,6 +51,7 @@ def make_resources(spark, lake_root: Path, source: str | Path, mlflow_dir: Path 
                                  artifact_location=(mlflow_dir / "artifacts").as_uri()),
         "source": SourceResource(location=str(source)),
         "graph_settings": graph or GraphSettingsResource(),
+        "model_settings": model or ModelSettingsResource(),
     }
 
 

@@ -20,11 +20,10 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from assets.evaluation import GATE_CHECK, EvaluationConfig, evaluation_report, hir_configs  # noqa: E402
 from assets.evaluation_tracking import CHAMPION_ALIAS, metric_name  # noqa: E402
-from assets.model import TrainingConfig  # noqa: E402
 from assets.model_tracking import TAG_MODEL_VERSION, TAG_RUN_DATE  # noqa: E402
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES  # noqa: E402
 from hir_pipeline.model.config import ModelConfig, TrainConfig  # noqa: E402
-from resources import GraphSettingsResource  # noqa: E402
+from resources import GraphSettingsResource, ModelSettingsResource  # noqa: E402
 from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
 from spark_jobs.delta_io import read_table  # noqa: E402
 from tests.assets.conftest import RUN_DATE, make_resources  # noqa: E402
@@ -34,13 +33,16 @@ DAY = dt.date.fromisoformat(RUN_DATE)
 #: The training graph's settings: the graph_settings resource the graph assets share.
 GRAPH_SETTINGS = GraphSettingsResource(broad_fanout=[6, 2], narrow_fanout=[4], max_view_nodes=20, max_dist=3, seed=1)
 CONFIG = {
-    "min_target_users": 5, "baselines": ["popularity", "als", "lightgcn", "content"],
-    "als_factors": [8], "als_regularization": [0.1], "als_alpha": [1.0], "als_iterations": 5,
-    "lightgcn_dim": 8, "lightgcn_layers": 1, "lightgcn_epochs": 2,
-    "training": {"level_sizes": [2, 4, 8], "hidden_dim": 16, "num_layers": 1, "num_heads": 2, "out_dim": 8,
-                 "id_buckets": 256, "max_dist": 3, "epochs": 1, "batch_size": 256, "engagement_batch_size": 64,
-                 "warmup_steps": 1, "pad_to": 64, "device": "cpu", "attn_block_size": 64},
+    "split": {"min_target_users": 5}, "baselines": ["popularity", "als", "lightgcn", "content"],
+    "als": {"factors": [8], "regularization": [0.1], "alpha": [1.0], "iterations": 5},
+    "lightgcn": {"embedding_dim": 8, "num_layers": 1, "epochs": 2},
 }
+#: The HIR settings the evaluation falls back to: the model_settings resource interest_model trains with.
+MODEL = {"level_sizes": [2, 4, 8], "hidden_dim": 16, "num_layers": 1, "num_heads": 2, "out_dim": 8, "id_buckets": 256,
+         "attn_block_size": 64}
+TRAIN = {"epochs": 1, "batch_size": 256, "engagement_batch_size": 64, "warmup_steps": 1, "pad_to": 64,
+         "device": "cpu"}
+MODEL_SETTINGS = ModelSettingsResource(model=MODEL, train=TRAIN)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +51,7 @@ def eval_lake(spark, ingested_lake, tiny_source, tmp_path_factory):
     and a champion (version 1) with high figures in a fresh MLflow store; HIR_STATE_DIR in a temp folder."""
     root = tmp_path_factory.mktemp("evaluation") / "lake"
     shutil.copytree(ingested_lake["lake"].root, root)
-    resources = make_resources(spark, root, tiny_source, graph=GRAPH_SETTINGS)
+    resources = make_resources(spark, root, tiny_source, graph=GRAPH_SETTINGS, model=MODEL_SETTINGS)
     ents = read_table(spark, resources["lake"].path("entities"))
     content_ents = sorted(tuple(r) for r in ents.where(F.col("entity_type").isin(*CONTENT_ENTITY_TYPES))
                           .select("entity_id", "entity_type").collect())
@@ -85,7 +87,7 @@ def eval_lake(spark, ingested_lake, tiny_source, tmp_path_factory):
 
 
 def _materialize(resources, **overrides):
-    res = {k: resources[k] for k in ("spark", "lake", "mlflow", "source", "graph_settings")}
+    res = {k: resources[k] for k in ("spark", "lake", "mlflow", "source", "graph_settings", "model_settings")}
     return dg.materialize([evaluation_report], partition_key=RUN_DATE, resources=res, raise_on_error=False,
                           run_config=dg.RunConfig(ops={"evaluation_report": {"config": {**CONFIG, **overrides}}}))
 
@@ -113,7 +115,7 @@ def test_writes_every_method_and_split_to_delta_and_mlflow(spark, eval_lake, fir
     # synthetic source: NMI per level against the planted hierarchy, and cluster usage per level
     for lvl in range(3):
         assert 0.0 <= got[("hir", "all", f"nmi_level_{lvl}")] <= 1.0
-        assert 1 <= got[("hir", "all", f"clusters_used_level_{lvl}")] <= CONFIG["training"]["level_sizes"][lvl]
+        assert 1 <= got[("hir", "all", f"clusters_used_level_{lvl}")] <= MODEL["level_sizes"][lvl]
     logged = eval_lake["client"].get_run(run_id).data.metrics
     assert logged[metric_name("hir", "warm", "recall_at_20")] == pytest.approx(got[("hir", "warm", "recall_at_20")])
     assert logged[metric_name("content", "cold", "ndcg_at_20")] == pytest.approx(got[("content", "cold",
@@ -127,16 +129,25 @@ def test_writes_every_method_and_split_to_delta_and_mlflow(spark, eval_lake, fir
 
 
 def test_hir_configs_evaluate_the_encoder_the_training_run_published():
-    config = EvaluationConfig(training=TrainingConfig(**CONFIG["training"]))
+    config, graph = EvaluationConfig(**CONFIG), GRAPH_SETTINGS.graph_config()
     model_d, train_d = dataclasses.asdict(ModelConfig()), dataclasses.asdict(TrainConfig(epochs=3))
     for published in ("student", "teacher"):
-        _, train, source = hir_configs(config, (model_d, {**train_d, "published_encoder": published}))
+        model, train, source = hir_configs(config, MODEL_SETTINGS, graph,
+                                           (model_d, {**train_d, "published_encoder": published}))
         assert train.published_encoder == published and train.epochs == 3 and "model_meta.json" in source
+        assert model.max_dist == graph.max_dist == 3  # the split's views are built with the graph's max_dist
     legacy = {k: v for k, v in train_d.items() if k != "published_encoder"}
-    assert hir_configs(config, (model_d, legacy))[1].published_encoder == "teacher"  # all a run could publish then
-    assert hir_configs(config, None)[1].published_encoder == "student"
-    teacher = EvaluationConfig(training=TrainingConfig(**CONFIG["training"], published_encoder="teacher"))
-    assert hir_configs(teacher, None)[1].published_encoder == "teacher"
+    # all a run could publish then
+    assert hir_configs(config, MODEL_SETTINGS, graph, (model_d, legacy))[1].published_encoder == "teacher"
+    # no training run: the model_settings resource interest_model trains with, max_dist from the graph
+    model, train, source = hir_configs(config, MODEL_SETTINGS, graph, None)
+    assert train == MODEL_SETTINGS.train_config() and train.published_encoder == "student"
+    assert model == MODEL_SETTINGS.model_config_for(graph) and model.max_dist == 3 and "model_settings" in source
+    teacher = ModelSettingsResource(model=MODEL, train={**TRAIN, "published_encoder": "teacher"})
+    assert hir_configs(config, teacher, graph, None)[1].published_encoder == "teacher"
+    # use_production_config off: the resource even when the date has a training run
+    off = EvaluationConfig(**CONFIG, use_production_config=False)
+    assert hir_configs(off, MODEL_SETTINGS, graph, (model_d, train_d))[1] == MODEL_SETTINGS.train_config()
 
 
 def test_gate_fails_against_a_better_champion_and_keeps_it(eval_lake, first):

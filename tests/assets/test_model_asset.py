@@ -17,25 +17,30 @@ from pyspark.sql import functions as F
 # build_views runs a pandas UDF: Python workers must run this interpreter (numpy); read at SparkContext start.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from assets.model import TRAIN_FIELDS, TrainingConfig, checkpoint_dir, interest_model  # noqa: E402
+from assets.model import checkpoint_dir, interest_model  # noqa: E402
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES, MODEL_HIERARCHY_DDL, MODEL_OUTPUTS_DDL  # noqa: E402
+from resources import GraphSettingsResource, ModelSettingsResource  # noqa: E402
 from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
 from spark_jobs.delta_io import read_table, replace_where  # noqa: E402
-from spark_jobs.graph import GraphConfig, build_edges, build_nodes, build_views  # noqa: E402
+from spark_jobs.graph import build_edges, build_nodes, build_views  # noqa: E402
 from tests.assets.conftest import RUN_DATE, make_resources  # noqa: E402
 
 DAY = dt.date.fromisoformat(RUN_DATE)
-GRAPH = GraphConfig(broad_fanout=(4, 2), narrow_fanout=(3,), max_view_nodes=12, max_dist=3, seed=1)
+#: max_dist 3, not the default 4: the model's follows it.
+GRAPH_SETTINGS = GraphSettingsResource(broad_fanout=[4, 2], narrow_fanout=[3], max_view_nodes=12, max_dist=3, seed=1)
+GRAPH = GRAPH_SETTINGS.graph_config()
 CONTENT_DIM = 12
 LEVELS = [2, 4]
-TRAINING = {"level_sizes": LEVELS, "hidden_dim": 16, "num_layers": 1, "num_heads": 2, "out_dim": 8,
-            "id_buckets": 256, "max_dist": 3, "teacher_temp": 0.07, "epochs": 2, "batch_size": 256,
-            "engagement_batch_size": 32, "lr": 3e-3, "warmup_steps": 2, "pad_to": 128, "log_every": 1,
-            "device": "cpu", "seed": 3, "attn_block_size": 128}
+MODEL = {"level_sizes": LEVELS, "hidden_dim": 16, "num_layers": 1, "num_heads": 2, "out_dim": 8, "id_buckets": 256,
+         "teacher_temp": 0.07, "attn_block_size": 128}
+TRAIN = {"epochs": 2, "batch_size": 256, "engagement_batch_size": 32, "lr": 3e-3, "warmup_steps": 2, "pad_to": 128,
+         "log_every": 1, "device": "cpu", "seed": 3}
+MODEL_SETTINGS = ModelSettingsResource(model=MODEL, train=TRAIN)
 
 
 def _run_config(**overrides) -> dg.RunConfig:
-    return dg.RunConfig(ops={"interest_model": {"config": {**TRAINING, **overrides}}})
+    """Run config of ``interest_model``: how it runs (the model settings are the model_settings resource)."""
+    return dg.RunConfig(ops={"interest_model": {"config": overrides}})
 
 
 def write_model_inputs(spark, bronze, lake) -> None:
@@ -61,7 +66,8 @@ def write_model_inputs(spark, bronze, lake) -> None:
 def model_lake(spark, ingested_lake, tmp_path_factory):
     """A lake of its own holding the model inputs of RUN_DATE (:func:`write_model_inputs`); HIR_STATE_DIR points
     at a temporary folder (the checkpoints go there)."""
-    resources = make_resources(spark, tmp_path_factory.mktemp("model") / "lake", "unused")
+    resources = make_resources(spark, tmp_path_factory.mktemp("model") / "lake", "unused", graph=GRAPH_SETTINGS,
+                               model=MODEL_SETTINGS)
     write_model_inputs(spark, ingested_lake["lake"], resources["lake"])
     nodes = read_table(spark, resources["lake"].path("graph_nodes"))
     state = tmp_path_factory.mktemp("state")
@@ -75,7 +81,7 @@ def model_lake(spark, ingested_lake, tmp_path_factory):
 
 
 def _materialize(resources, instance: dg.DagsterInstance | None = None, **overrides):
-    res = {k: resources[k] for k in ("spark", "lake", "mlflow")}
+    res = {k: resources[k] for k in ("spark", "lake", "mlflow", "graph_settings", "model_settings")}
     return dg.materialize([interest_model], partition_key=RUN_DATE, resources=res,
                           run_config=_run_config(**overrides), raise_on_error=False, instance=instance)
 
@@ -104,11 +110,11 @@ def first_run(spark, model_lake):
 
 
 def test_published_encoder_is_validated_config():
-    assert TrainingConfig().to_train_config().published_encoder == "student"
-    assert TrainingConfig(published_encoder="teacher").to_train_config().published_encoder == "teacher"
-    assert "published_encoder" in TRAIN_FIELDS  # passed on, and logged as the param train.published_encoder
-    with pytest.raises(pydantic.ValidationError):
-        TrainingConfig(published_encoder="ema")
+    assert ModelSettingsResource().train_config().published_encoder == "student"
+    teacher = ModelSettingsResource(train={"published_encoder": "teacher"})
+    assert teacher.train_config().published_encoder == "teacher"
+    with pytest.raises(pydantic.ValidationError, match="published_encoder"):
+        ModelSettingsResource(train={"published_encoder": "ema"})
 
 
 @pytest.mark.slow
@@ -124,6 +130,7 @@ def test_materialize_tracks_registers_and_writes_tables(spark, model_lake, first
         history = client.get_metric_history(run_id, f"perplexity_level_{lvl}")
         assert [m.step for m in history] == [0, 1] and all(1.0 <= m.value <= LEVELS[lvl] + 1e-6 for m in history)
     assert run.data.params["model.level_sizes"] == "[2, 4]" and run.data.params["train.epochs"] == "2"
+    assert run.data.params["model.max_dist"] == "3"  # the graph's (graph_settings), not ModelConfig's default
     assert "train_time_s" in run.data.metrics and run.data.tags["hir.device"] == "cpu"
     inputs = {d.dataset.name: d.dataset for d in run.inputs.dataset_inputs}
     assert {n.split("@")[0] for n in inputs} == {"graph_nodes", "graph_edges", "graph_views", "content_embeddings"}
@@ -147,7 +154,7 @@ def test_materialize_tracks_registers_and_writes_tables(spark, model_lake, first
         assert r.model_version == version and len(r.cluster_ids) == len(r.confidences) == len(LEVELS)
         assert all(0 <= c < k for c, k in zip(r.cluster_ids, LEVELS, strict=True))
         assert all(0 < p <= 1 for p in r.confidences)
-        assert abs(np.linalg.norm(r.embedding) - 1) < 1e-5 and len(r.embedding) == TRAINING["out_dim"]
+        assert abs(np.linalg.norm(r.embedding) - 1) < 1e-5 and len(r.embedding) == MODEL["out_dim"]
     hierarchy = _outputs(spark, model_lake, "model_hierarchy")
     assert hierarchy.schema.simpleString() == spark.createDataFrame([], MODEL_HIERARCHY_DDL).schema.simpleString()
     protos = hierarchy.collect()

@@ -13,7 +13,7 @@ import pytest
 from assets import ASSET_MODULES
 from hir_pipeline.contracts import OUTPUT_TABLES
 from hir_pipeline.embedding.tiny import build_tiny_text_model
-from resources import GraphSettingsResource
+from resources import GraphSettingsResource, ModelSettingsResource
 from spark_jobs.delta_io import read_table
 from tests.assets.conftest import RUN_DATE, ingestion_run_config, make_resources
 
@@ -21,18 +21,20 @@ pytestmark = pytest.mark.slow
 
 #: One set of graph settings for the graph assets and the evaluation (the graph_settings resource).
 GRAPH = GraphSettingsResource(broad_fanout=[6, 2], narrow_fanout=[4], max_view_nodes=20, max_dist=3, seed=1)
-TRAINING = {"level_sizes": [2, 4, 8], "hidden_dim": 16, "num_layers": 1, "num_heads": 2, "out_dim": 8,
-            "id_buckets": 256, "max_dist": 3, "epochs": 1, "batch_size": 256, "engagement_batch_size": 64,
-            "warmup_steps": 1, "pad_to": 64, "device": "cpu", "attn_block_size": 64}
+#: One set of model settings for interest_model and the evaluation (the model_settings resource).
+MODEL = ModelSettingsResource(
+    model={"level_sizes": [2, 4, 8], "hidden_dim": 16, "num_layers": 1, "num_heads": 2, "out_dim": 8,
+           "id_buckets": 256, "attn_block_size": 64},
+    train={"epochs": 1, "batch_size": 256, "engagement_batch_size": 64, "warmup_steps": 1, "pad_to": 64,
+           "device": "cpu"})
 
 
 def run_config(text_model: str) -> dg.RunConfig:
     ops = ingestion_run_config("all").ops
     ops["content_embeddings"] = {"config": {"text_model": text_model, "image_model": "efficientnet-lite0"}}
-    ops["interest_model"] = {"config": TRAINING}
     ops["evaluation_report"] = {"config": {
-        "min_target_users": 5, "baselines": ["popularity", "content"], "training": TRAINING,
-        "use_production_config": True, "gate_tolerance": 1.0}}
+        "split": {"min_target_users": 5}, "baselines": ["popularity", "content"], "use_production_config": True,
+        "gate_tolerance": 1.0}}
     return dg.RunConfig(ops=ops)
 
 
@@ -40,7 +42,7 @@ def run_config(text_model: str) -> dg.RunConfig:
 def pipeline(spark, tiny_source, tmp_path_factory, monkeypatch_module):
     root = tmp_path_factory.mktemp("e2e")
     monkeypatch_module.setenv("HIR_STATE_DIR", str(root / "state"))
-    resources = make_resources(spark, root / "lake", tiny_source, graph=GRAPH)
+    resources = make_resources(spark, root / "lake", tiny_source, graph=GRAPH, model=MODEL)
     text_model = str(build_tiny_text_model(root / "text", seed=0))
     everything = [*dg.load_assets_from_modules(ASSET_MODULES), *dg.load_asset_checks_from_modules(ASSET_MODULES)]
 

@@ -70,11 +70,16 @@ def test_materialize_ingestion_backfill_as_of_latest_event(spark, tmp_path):
 def test_evaluate_reads_the_evaluation_config_of_a_run_config_file(tmp_path):
     from hir_pipeline.cli import evaluation_run_config
 
-    sample = evaluation_run_config("config/cpu_sample.yaml")
-    assert sample["training"]["hidden_dim"] == 64 and sample["training"]["published_encoder"] == "student"
-    (tmp_path / "other.yaml").write_text("ops:\n  interest_model:\n    config: {epochs: 1}\n")
-    assert evaluation_run_config(str(tmp_path / "other.yaml")) == {}
-    assert evaluation_run_config(None) == {}
+    resources = ("lake", "graph_settings", "model_settings")
+    sample = evaluation_run_config("config/cpu_sample.yaml", resources)
+    settings = sample["resources"]["model_settings"]["config"]  # the HIR settings interest_model trains with
+    assert settings["model"]["hidden_dim"] == 64 and settings["train"]["published_encoder"] == "student"
+    (tmp_path / "other.yaml").write_text(
+        "ops:\n  interest_model:\n    config: {torch_threads: 1}\n  evaluation_report:\n    config: {k: 10}\n"
+        "resources:\n  graph_settings:\n    config: {seed: 2}\n  unknown:\n    config: {x: 1}\n")
+    assert evaluation_run_config(str(tmp_path / "other.yaml"), resources) == {
+        "ops": {"evaluation_report": {"config": {"k": 10}}}, "resources": {"graph_settings": {"config": {"seed": 2}}}}
+    assert evaluation_run_config(None, resources) == {"ops": {}, "resources": {}}
     args = build_parser().parse_args(["evaluate", "--source", "synthetic", "--config", "x.yaml", "--epochs", "2"])
     assert (args.source, args.config, args.epochs) == ("synthetic", "x.yaml", 2)
 
@@ -86,10 +91,10 @@ def test_evaluate_standalone_prints_and_writes_the_report(spark, tmp_path):
 
     write_synthetic_source(spark, SyntheticConfig(seed=5, n_events=3_000, n_products=80, n_advertisers=16, days=4),
                            tmp_path / "src")
-    training = "{hidden_dim: 16, num_layers: 1, num_heads: 2, out_dim: 16, level_sizes: [4, 16, 64], epochs: 1}"
+    model = "{hidden_dim: 16, num_layers: 1, num_heads: 2, out_dim: 16, level_sizes: [4, 16, 64]}"
     (tmp_path / "eval.yaml").write_text(
-        "ops:\n  evaluation_report:\n    config:\n"
-        f"      baselines: [popularity, content]\n      training: {training}\n")
+        "ops:\n  evaluation_report:\n    config:\n      baselines: [popularity, content]\n"
+        f"resources:\n  model_settings:\n    config:\n      model: {model}\n      train: {{epochs: 1}}\n")
     lake, report = tmp_path / "lake", tmp_path / "report.md"
     proc = _hir(["evaluate", "--source", str(tmp_path / "src"), "--lake", str(lake),
                  "--config", str(tmp_path / "eval.yaml"), "--report", str(report)], tmp_path)

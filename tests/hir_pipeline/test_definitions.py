@@ -41,39 +41,46 @@ def test_nightly_schedule_runs_yesterdays_partition():
     assert [r.partition_key for r in requests] == ["2026-12-02"]
 
 
-GRAPH_USERS = ("graph_edges", "graph_nodes", "graph_views", "evaluation_report")
+GRAPH_USERS = ("entities", "graph_edges", "graph_nodes", "graph_views", "interest_model", "evaluation_report")
+MODEL_USERS = ("interest_model", "evaluation_report")
 
 
 def test_graph_settings_are_one_resource_shared_by_the_graph_assets_and_the_evaluation():
     for name in GRAPH_USERS:
         assert "graph_settings" in defs.get_assets_def(dg.AssetKey(name)).required_resource_keys, name
+    for name in MODEL_USERS:
+        assert "model_settings" in defs.get_assets_def(dg.AssetKey(name)).required_resource_keys, name
     job = defs.resolve_job_def(NIGHTLY_JOB)
     override = {"resources": {"graph_settings": {"config": {"half_life_days": 7.0, "broad_fanout": [8, 2]}}},
                 "ops": {"graph_views": {"config": {"incremental": False}}}}
     assert dg.validate_run_config(job, override)
-    # the old per-asset graph settings are rejected, not silently ignored
+    # the old per-asset copies of shared settings are rejected, not silently ignored
     for stale in ({"graph_edges": {"config": {"seed": 1}}},
-                  {"evaluation_report": {"config": {"graph": {"seed": 1}}}}):
+                  {"evaluation_report": {"config": {"graph": {"seed": 1}}}},
+                  {"evaluation_report": {"config": {"training": {"epochs": 1}}}},
+                  {"evaluation_report": {"config": {"stage_weights": [1.0, 1.0, 1.0, 1.0]}}},
+                  {"interest_model": {"config": {"max_dist": 3}}},
+                  {"interest_model": {"config": {"funnel": ["click"]}}},
+                  {"bronze_tables": {"config": {"funnel": ["click"]}}}):
         with pytest.raises(dg.DagsterInvalidConfigError):
             dg.validate_run_config(job, {"ops": stale})
 
 
 def test_cpu_sample_config_validates_against_the_nightly_job():
     """config/cpu_sample.yaml, loaded as ``hir materialize --config`` loads it, is valid run config of the nightly
-    job; it publishes the student, and a value other than student / teacher is rejected at launch."""
+    job; its HIR settings are stated once, in the model_settings resource (the evaluation falls back to it); it
+    publishes the student, and a value other than student / teacher is rejected at launch."""
     job = defs.resolve_job_def(NIGHTLY_JOB)
     config = load_run_config(str(SAMPLE_CONFIG), job)
-    assert set(config["ops"]) == {"interest_model", "evaluation_report"}
+    assert config["ops"] == {} and set(config["resources"]) == {"model_settings"}
     assert dg.validate_run_config(job, config)
-    ops = config["ops"]
-    for settings in (ops["interest_model"]["config"], ops["evaluation_report"]["config"]["training"]):
-        assert settings["published_encoder"] == "student"
-        settings["published_encoder"] = "teacher"
-        assert dg.validate_run_config(job, config)
-        settings["published_encoder"] = "ema"
-        with pytest.raises(dg.DagsterInvalidConfigError, match="published_encoder"):
-            dg.validate_run_config(job, config)
-        settings["published_encoder"] = "student"
+    train = config["resources"]["model_settings"]["config"]["train"]
+    assert train["published_encoder"] == "student"
+    train["published_encoder"] = "teacher"
+    assert dg.validate_run_config(job, config)
+    train["published_encoder"] = "ema"
+    with pytest.raises(dg.DagsterInvalidConfigError, match="published_encoder"):
+        dg.validate_run_config(job, config)
 
 
 def test_definitions_use_no_deprecated_dagster_api():

@@ -27,8 +27,9 @@ class ALSConfig:
         alpha: confidence scales tried (confidence = ``alpha * funnel weight``).
         iterations: ALS sweeps per fit.
         validation_fraction: share of each user's training pairs held out to pick the grid point.
-        k: cut-off of the Recall@K the grid maximises.
-        seed: seed of the factor initialisation and of the validation split.
+        k: cut-off of the Recall@K the grid maximises (the evaluation sets it to its own ``k``).
+        seed: seed of the factor initialisation and of the validation split (the evaluation sets it to its own
+            ``seed``).
         num_threads: threads of ``implicit`` (0 = all cores).
     """
 

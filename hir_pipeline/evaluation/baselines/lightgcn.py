@@ -26,7 +26,7 @@ class LightGCNConfig:
         lambda_reg: L2 weight of the BPR loss on the batch's initial embeddings.
         weighted_positives: sample positive pairs proportionally to their funnel weight (a conversion is
             drawn more often than an impression), instead of uniformly.
-        seed: seed of initialisation and sampling.
+        seed: seed of initialisation and sampling (the evaluation sets it to its own ``seed``).
     """
 
     embedding_dim: int = 64

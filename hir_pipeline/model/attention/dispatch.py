@@ -21,8 +21,9 @@ from hir_pipeline.model.attention.dense import dense_structural_attention
 from hir_pipeline.model.attention.layout import PackedLayout
 from hir_pipeline.model.attention.masks import create_view_block_mask
 from hir_pipeline.model.attention.score_mods import BiasTables, layout_score_mod
+from hir_pipeline.model.config import ATTENTION_BACKENDS
 
-BACKENDS = ("auto", "flex", "chunked", "dense")
+BACKENDS = ATTENTION_BACKENDS
 _COMPILED_FLEX = None
 
 
