@@ -1,38 +1,29 @@
-"""The four published tables of the output contract, built from the model's internal tables.
+"""Publish, transform: the model's internal tables -> the four published tables of the output contract.
 
 Inputs (one run date): ``model_outputs`` (per entity: embedding, top-1 model cluster per level, confidence),
 ``model_hierarchy`` (per level and model cluster: parent, prototype), bronze ``entities`` (text for labels),
 ``graph_edges`` (for the super-graph) and, when there is one, the previous publication (for stable IDs).
 
-Heavy work stays in Spark: overlaps between versions, cluster sizes, term counts and the super-graph are
-aggregated to per-cluster rows; only those (clusters x clusters, clusters x terms) reach the driver, where
-:mod:`hir_pipeline.publish` decides the published IDs and labels; the decisions go back as a small
-broadcast table.
+Heavy work stays in Spark: cluster sizes, term counts and the super-graph are aggregated to per-cluster rows;
+only those (clusters x terms) reach the driver, where :mod:`hir_pipeline.publish.labels` picks the labels. The
+published cluster IDs come from :mod:`spark_jobs.publish.matching`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
 from hir_pipeline.publish.labels import MIN_TERM_LENGTH, SPLIT_PATTERN, STOPWORDS, TERM_PATTERN, make_label, tfidf_terms
-from hir_pipeline.publish.stable_ids import (
-    Clusters,
-    MatchConfig,
-    StableHierarchy,
-    overlap_matrix,
-    published_clusters,
-    stabilize,
-)
+from hir_pipeline.publish.stable_ids import MatchConfig, StableHierarchy
+from spark_jobs.publish.matching import stable_mapping
 
 #: Column order of each published table (the contract's key columns first, extras after).
 NODE_EMBEDDING_COLUMNS = ("entity_id", "entity_type", "embedding", "has_view", "model_version", "run_date")
@@ -40,13 +31,6 @@ ASSIGNMENT_COLUMNS = ("entity_id", "entity_type", "level", "cluster_id", "confid
 SUPERGRAPH_COLUMNS = ("level", "src_cluster", "dst_cluster", "weight", "n_edges", "model_version", "run_date")
 PROFILE_COLUMNS = ("level", "cluster_id", "parent_cluster_id", "size", "label", "top_members", "label_terms",
                    "size_by_type", "prototype", "match", "model_version", "run_date")
-
-#: Write order: node_embeddings last, it is the commit marker readers resolve a publication by
-#: (``hir_pipeline.query``): a run killed before it leaves the previous publication as the readable one.
-WRITE_ORDER = ("cluster_assignments", "interest_supergraph", "cluster_profiles", "node_embeddings")
-MARKER_TABLE = "node_embeddings"
-
-_MAPPING_DDL = "level int, model_cluster_id int, cluster_id int, parent_cluster_id int, match string"
 
 
 @dataclass(frozen=True)
@@ -89,32 +73,6 @@ class Publication:
     previous_run_date: dt.date | None
 
 
-# --- reading what is already published -----------------------------------------------------------
-
-
-def previous_run_date(published: DataFrame | None, run_date: dt.date) -> dt.date | None:
-    """Latest run date before ``run_date`` in a published table (None: nothing earlier)."""
-    if published is None:
-        return None
-    return published.where(F.col("run_date") < F.lit(run_date)).agg(F.max("run_date")).first()[0]
-
-
-def next_cluster_ids(profiles: DataFrame | None, run_date: dt.date, n_levels: int) -> list[int]:
-    """Per level, the first cluster ID never published on an earlier run date (fresh IDs start there).
-
-    Only earlier dates count, like every input of a run: re-running a date (even an old one, with later dates
-    already published) mints the same IDs again, and forward in time an ID is never reused.
-    """
-    out = [0] * n_levels
-    if profiles is None:
-        return out
-    rows = profiles.where(F.col("run_date") < F.lit(run_date)).groupBy("level").agg(F.max("cluster_id")).collect()
-    for level, top in rows:
-        if level < n_levels and top is not None:
-            out[level] = int(top) + 1
-    return out
-
-
 # --- model outputs, long form --------------------------------------------------------------------
 
 
@@ -133,96 +91,6 @@ def model_version_of(model_outputs: DataFrame) -> str:
     if len(versions) != 1:
         raise ValueError(f"expected one model_version in model_outputs, found {sorted(map(str, versions))}")
     return str(versions[0])
-
-
-# --- stable IDs ----------------------------------------------------------------------------------
-
-
-def _level_sizes(new_long: DataFrame) -> list[dict[int, int]]:
-    sizes: dict[int, dict[int, int]] = defaultdict(dict)
-    for level, cluster, n in new_long.groupBy("level", "model_cluster_id").count().collect():
-        sizes[int(level)][int(cluster)] = int(n)
-    return [sizes.get(lvl, {}) for lvl in range(max(sizes, default=-1) + 1)]
-
-
-def stable_mapping(
-    spark: SparkSession,
-    new_long: DataFrame,
-    hierarchy: DataFrame,
-    previous_assignments: DataFrame | None,
-    previous_profiles: DataFrame | None,
-    next_ids: Sequence[int],
-    config: MatchConfig,
-) -> tuple[DataFrame, StableHierarchy]:
-    """Decide the published ID and parent of every published model cluster.
-
-    Args:
-        spark: session for the small result table.
-        new_long: :func:`long_assignments` of the new version.
-        hierarchy: the new version's ``model_hierarchy`` rows (``level, cluster_id, parent_cluster_id,
-            prototype``).
-        previous_assignments: ``cluster_assignments`` of the previous publication (None: first version).
-        previous_profiles: ``cluster_profiles`` of the previous publication (sizes, prototypes).
-        next_ids: per level, the first never-published ID.
-        config: matching thresholds.
-
-    Returns:
-        ``(mapping, stable)``: ``mapping`` has ``level, model_cluster_id, cluster_id, parent_cluster_id,
-        match`` (one row per published cluster).
-    """
-    hier = hierarchy.select("level", "cluster_id", "parent_cluster_id", "prototype").collect()
-    n_levels = max(int(r["level"]) for r in hier) + 1 if hier else 0
-    sizes = _level_sizes(new_long)
-    if len(sizes) > n_levels:
-        raise ValueError(f"model_outputs has {len(sizes)} levels but model_hierarchy only {n_levels}")
-    sizes += [{} for _ in range(n_levels - len(sizes))]
-    parents: list[dict[int, int | None]] = [{} for _ in range(n_levels)]
-    protos: list[dict[int, np.ndarray]] = [{} for _ in range(n_levels)]
-    for r in hier:
-        lvl, c = int(r["level"]), int(r["cluster_id"])
-        parents[lvl][c] = None if r["parent_cluster_id"] is None else int(r["parent_cluster_id"])
-        protos[lvl][c] = np.asarray(r["prototype"], dtype=np.float64) if r["prototype"] is not None else None
-    for lvl, level_sizes in enumerate(sizes):
-        unknown = set(level_sizes) - set(parents[lvl])
-        if unknown:
-            raise ValueError(f"level {lvl}: clusters {sorted(unknown)[:5]} are assigned but not in model_hierarchy")
-    keep = published_clusters(sizes, parents)
-    new_levels = [
-        Clusters(ids, [sizes[lvl].get(c, 0) for c in ids], _stack([protos[lvl].get(c) for c in ids]))
-        for lvl, ids in enumerate(keep)
-    ]
-    old_levels: list[Clusters | None] = [None] * n_levels
-    overlaps: list[np.ndarray | None] = [None] * n_levels
-    if previous_assignments is not None and previous_profiles is not None:
-        old_rows: dict[int, list] = defaultdict(list)
-        for r in previous_profiles.select("level", "cluster_id", "size", "prototype").collect():
-            old_rows[int(r["level"])].append(r)
-        pairs: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-        prev = previous_assignments.select("entity_id", "level", F.col("cluster_id").alias("old_cluster_id"))
-        shared = new_long.join(prev, ["entity_id", "level"]).groupBy("level", "model_cluster_id", "old_cluster_id")
-        for lvl, new, old, n in shared.count().collect():
-            pairs[int(lvl)].append((int(new), int(old), int(n)))
-        for lvl in range(n_levels):
-            rows = sorted(old_rows.get(lvl, []), key=lambda r: r["cluster_id"])
-            if not rows:
-                continue
-            old_levels[lvl] = Clusters([r["cluster_id"] for r in rows], [r["size"] for r in rows],
-                                       _stack([r["prototype"] for r in rows]))
-            overlaps[lvl] = overlap_matrix(pairs.get(lvl, []), new_levels[lvl].ids, old_levels[lvl].ids)
-    stable = stabilize(new_levels, parents, old_levels, overlaps, next_ids, config)
-    rows = [
-        (lvl, model_id, published, stable.parents[lvl][published], match.method[model_id])
-        for lvl, match in enumerate(stable.levels)
-        for model_id, published in sorted(match.mapping.items())
-    ]
-    return spark.createDataFrame(rows, _MAPPING_DDL), stable
-
-
-def _stack(vectors: Sequence[np.ndarray | None]) -> np.ndarray | None:
-    """``[K, D]`` prototypes, or None when any is missing or the dimensions disagree."""
-    if not vectors or any(v is None for v in vectors) or len({len(v) for v in vectors}) != 1:
-        return None
-    return np.stack([np.asarray(v, dtype=np.float64) for v in vectors])
 
 
 # --- the four tables -----------------------------------------------------------------------------
@@ -441,141 +309,3 @@ def build_publication(
                                              run_date, settings),
     }
     return Publication(tables=tables, stable=stable, model_version=version, previous_run_date=previous_date)
-
-
-def write_publication_table(df: DataFrame, path: str, day: dt.date, model_version: str) -> None:
-    """Replace the ``run_date = day`` partition of one published table in a single Delta commit.
-
-    The commit's ``userMetadata`` records ``{"run_date", "model_version"}`` (``DESCRIBE HISTORY``).
-    """
-    meta = json.dumps({"run_date": str(day), "model_version": model_version}, sort_keys=True)
-    (df.write.format("delta").mode("overwrite").option("replaceWhere", f"run_date = '{day}'")
-     .option("userMetadata", meta).partitionBy("run_date").save(path))
-
-
-def last_commit(spark: SparkSession, path: str) -> tuple[int, int]:
-    """(version, rows written) of the table's latest commit, from the Delta history (no re-read of the data)."""
-    from delta.tables import DeltaTable
-
-    row = DeltaTable.forPath(spark, path).history(1).select("version", "operationMetrics").first()
-    return int(row["version"]), int((row["operationMetrics"] or {}).get("numOutputRows", 0))
-
-
-# --- one publish run: read the lake, build, write in order ----------------------------------------
-
-
-class MissingInput(LookupError):
-    """An upstream table (model outputs, graph edges) has nothing for the run date."""
-
-
-@dataclass
-class PublishInputs:
-    """Everything a publication of one run date is built from (lazy DataFrames).
-
-    Attributes:
-        model_outputs: ``model_outputs`` rows of the run date.
-        model_hierarchy: ``model_hierarchy`` rows of the run date.
-        n_levels: levels of the hierarchy.
-        entities: bronze entities (labels).
-        edges: ``graph_edges`` snapshot used for the super-graph.
-        edges_date: run date of that snapshot (the latest on or before the run date).
-        previous_assignments: ``cluster_assignments`` of the previous publication (None: first one).
-        previous_profiles: ``cluster_profiles`` of the previous publication.
-        previous_date: run date of the previous publication.
-        next_ids: per level the first ID never published on an earlier date.
-    """
-
-    model_outputs: DataFrame
-    model_hierarchy: DataFrame
-    n_levels: int
-    entities: DataFrame
-    edges: DataFrame
-    edges_date: dt.date
-    previous_assignments: DataFrame | None
-    previous_profiles: DataFrame | None
-    previous_date: dt.date | None
-    next_ids: list[int]
-
-
-def read_inputs(spark: SparkSession, path: Callable[[str], str], run_date: dt.date) -> PublishInputs:
-    """Read what :func:`build_publication` needs from the lake.
-
-    Args:
-        spark: the session.
-        path: table name -> Delta path (``LakeResource.path``).
-        run_date: the run date being published.
-
-    Raises:
-        MissingInput: the model did not run for ``run_date``, or there is no graph snapshot on or before it.
-    """
-    from spark_jobs.delta_io import read_table, table_exists
-
-    def on(df: DataFrame, day: dt.date) -> DataFrame:
-        return df.where(F.col("run_date") == F.lit(day))
-
-    model: dict[str, DataFrame] = {}
-    for table in ("model_outputs", "model_hierarchy"):
-        if not table_exists(spark, path(table)):
-            raise MissingInput(f"{table} does not exist: materialize interest_model for {run_date} first")
-        model[table] = on(read_table(spark, path(table)), run_date)
-    top = model["model_hierarchy"].agg(F.max("level")).first()[0]
-    if top is None or model["model_outputs"].isEmpty():
-        raise MissingInput(f"model_outputs has no rows for run date {run_date}: "
-                           f"materialize interest_model for {run_date} first")
-    n_levels = int(top) + 1
-    if not table_exists(spark, path("graph_edges")):
-        raise MissingInput(f"graph_edges does not exist: materialize graph_edges for {run_date} first")
-    edges = read_table(spark, path("graph_edges"))
-    edges_date = edges.where(F.col("run_date") <= F.lit(run_date)).agg(F.max("run_date")).first()[0]
-    if edges_date is None:
-        raise MissingInput(f"graph_edges has no snapshot on or before {run_date}")
-    prev_a = prev_p = prev_date = None
-    next_ids = [0] * n_levels
-    if table_exists(spark, path("cluster_assignments")) and table_exists(spark, path("cluster_profiles")):
-        profiles = read_table(spark, path("cluster_profiles"))
-        prev_date = previous_run_date(profiles, run_date)
-        next_ids = next_cluster_ids(profiles, run_date, n_levels)
-        if prev_date is not None:
-            prev_a = on(read_table(spark, path("cluster_assignments")), prev_date)
-            prev_p = on(profiles, prev_date)
-    return PublishInputs(model["model_outputs"], model["model_hierarchy"], n_levels,
-                         read_table(spark, path("entities")), on(edges, edges_date), edges_date,
-                         prev_a, prev_p, prev_date, next_ids)
-
-
-def build_from_inputs(spark: SparkSession, inputs: PublishInputs, run_date: dt.date,
-                      settings: PublishSettings | None = None) -> Publication:
-    """:func:`build_publication` over :func:`read_inputs`."""
-    return build_publication(spark, inputs.model_outputs, inputs.model_hierarchy, inputs.entities, inputs.edges,
-                             run_date, inputs.previous_assignments, inputs.previous_profiles, inputs.next_ids,
-                             inputs.previous_date, settings)
-
-
-def write_publication(spark: SparkSession, publication: Publication, path: Callable[[str], str], run_date: dt.date,
-                      on_written: Callable[[str, int, int], None] | None = None) -> dict[str, tuple[int, int]]:
-    """Write the four tables in :data:`WRITE_ORDER` (marker last), one Delta commit each.
-
-    Args:
-        spark: the session.
-        publication: from :func:`build_publication`.
-        path: table name -> Delta path.
-        run_date: the partition replaced.
-        on_written: called with ``(table, delta_version, rows)`` after each commit (progress logging).
-
-    Returns:
-        table -> (Delta version, rows written).
-    """
-    written: dict[str, tuple[int, int]] = {}
-    for table in WRITE_ORDER:
-        write_publication_table(publication.tables[table], path(table), run_date, publication.model_version)
-        written[table] = last_commit(spark, path(table))
-        if on_written is not None:
-            on_written(table, *written[table])
-    return written
-
-
-def publish(spark: SparkSession, path: Callable[[str], str], run_date: dt.date,
-            settings: PublishSettings | None = None) -> tuple[Publication, dict[str, tuple[int, int]]]:
-    """One publish run without Dagster or MLflow: read, build, write (what the publish asset does first)."""
-    publication = build_from_inputs(spark, read_inputs(spark, path, run_date), run_date, settings)
-    return publication, write_publication(spark, publication, path, run_date)

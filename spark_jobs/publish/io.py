@@ -1,0 +1,161 @@
+"""Publish, I/O: read a run date's inputs from the lake, write the four tables in order, one publish run.
+
+Every table is replaced for the run date in one Delta commit; ``node_embeddings`` is written last and is the
+publication's commit marker (:data:`WRITE_ORDER`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.publish.matching import next_cluster_ids, previous_run_date
+from spark_jobs.publish.transform import Publication, PublishSettings, build_publication
+
+#: Write order: node_embeddings last, it is the commit marker readers resolve a publication by
+#: (``hir_pipeline.query``): a run killed before it leaves the previous publication as the readable one.
+WRITE_ORDER = ("cluster_assignments", "interest_supergraph", "cluster_profiles", "node_embeddings")
+MARKER_TABLE = "node_embeddings"
+
+
+def write_publication_table(df: DataFrame, path: str, day: dt.date, model_version: str) -> None:
+    """Replace the ``run_date = day`` partition of one published table in a single Delta commit.
+
+    The commit's ``userMetadata`` records ``{"run_date", "model_version"}`` (``DESCRIBE HISTORY``).
+    """
+    meta = json.dumps({"run_date": str(day), "model_version": model_version}, sort_keys=True)
+    (df.write.format("delta").mode("overwrite").option("replaceWhere", f"run_date = '{day}'")
+     .option("userMetadata", meta).partitionBy("run_date").save(path))
+
+
+def last_commit(spark: SparkSession, path: str) -> tuple[int, int]:
+    """(version, rows written) of the table's latest commit, from the Delta history (no re-read of the data)."""
+    from delta.tables import DeltaTable
+
+    row = DeltaTable.forPath(spark, path).history(1).select("version", "operationMetrics").first()
+    return int(row["version"]), int((row["operationMetrics"] or {}).get("numOutputRows", 0))
+
+
+# --- one publish run: read the lake, build, write in order ----------------------------------------
+
+
+class MissingInput(LookupError):
+    """An upstream table (model outputs, graph edges) has nothing for the run date."""
+
+
+@dataclass
+class PublishInputs:
+    """Everything a publication of one run date is built from (lazy DataFrames).
+
+    Attributes:
+        model_outputs: ``model_outputs`` rows of the run date.
+        model_hierarchy: ``model_hierarchy`` rows of the run date.
+        n_levels: levels of the hierarchy.
+        entities: bronze entities (labels).
+        edges: ``graph_edges`` snapshot used for the super-graph.
+        edges_date: run date of that snapshot (the latest on or before the run date).
+        previous_assignments: ``cluster_assignments`` of the previous publication (None: first one).
+        previous_profiles: ``cluster_profiles`` of the previous publication.
+        previous_date: run date of the previous publication.
+        next_ids: per level the first ID never published on an earlier date.
+    """
+
+    model_outputs: DataFrame
+    model_hierarchy: DataFrame
+    n_levels: int
+    entities: DataFrame
+    edges: DataFrame
+    edges_date: dt.date
+    previous_assignments: DataFrame | None
+    previous_profiles: DataFrame | None
+    previous_date: dt.date | None
+    next_ids: list[int]
+
+
+def read_inputs(spark: SparkSession, path: Callable[[str], str], run_date: dt.date) -> PublishInputs:
+    """Read what :func:`build_publication` needs from the lake.
+
+    Args:
+        spark: the session.
+        path: table name -> Delta path (``LakeResource.path``).
+        run_date: the run date being published.
+
+    Raises:
+        MissingInput: the model did not run for ``run_date``, or there is no graph snapshot on or before it.
+    """
+    from spark_jobs.delta_io import read_table, table_exists
+
+    def on(df: DataFrame, day: dt.date) -> DataFrame:
+        return df.where(F.col("run_date") == F.lit(day))
+
+    model: dict[str, DataFrame] = {}
+    for table in ("model_outputs", "model_hierarchy"):
+        if not table_exists(spark, path(table)):
+            raise MissingInput(f"{table} does not exist: materialize interest_model for {run_date} first")
+        model[table] = on(read_table(spark, path(table)), run_date)
+    top = model["model_hierarchy"].agg(F.max("level")).first()[0]
+    if top is None or model["model_outputs"].isEmpty():
+        raise MissingInput(f"model_outputs has no rows for run date {run_date}: "
+                           f"materialize interest_model for {run_date} first")
+    n_levels = int(top) + 1
+    if not table_exists(spark, path("graph_edges")):
+        raise MissingInput(f"graph_edges does not exist: materialize graph_edges for {run_date} first")
+    edges = read_table(spark, path("graph_edges"))
+    edges_date = edges.where(F.col("run_date") <= F.lit(run_date)).agg(F.max("run_date")).first()[0]
+    if edges_date is None:
+        raise MissingInput(f"graph_edges has no snapshot on or before {run_date}")
+    prev_a = prev_p = prev_date = None
+    next_ids = [0] * n_levels
+    if table_exists(spark, path("cluster_assignments")) and table_exists(spark, path("cluster_profiles")):
+        profiles = read_table(spark, path("cluster_profiles"))
+        prev_date = previous_run_date(profiles, run_date)
+        next_ids = next_cluster_ids(profiles, run_date, n_levels)
+        if prev_date is not None:
+            prev_a = on(read_table(spark, path("cluster_assignments")), prev_date)
+            prev_p = on(profiles, prev_date)
+    return PublishInputs(model["model_outputs"], model["model_hierarchy"], n_levels,
+                         read_table(spark, path("entities")), on(edges, edges_date), edges_date,
+                         prev_a, prev_p, prev_date, next_ids)
+
+
+def build_from_inputs(spark: SparkSession, inputs: PublishInputs, run_date: dt.date,
+                      settings: PublishSettings | None = None) -> Publication:
+    """:func:`build_publication` over :func:`read_inputs`."""
+    return build_publication(spark, inputs.model_outputs, inputs.model_hierarchy, inputs.entities, inputs.edges,
+                             run_date, inputs.previous_assignments, inputs.previous_profiles, inputs.next_ids,
+                             inputs.previous_date, settings)
+
+
+def write_publication(spark: SparkSession, publication: Publication, path: Callable[[str], str], run_date: dt.date,
+                      on_written: Callable[[str, int, int], None] | None = None) -> dict[str, tuple[int, int]]:
+    """Write the four tables in :data:`WRITE_ORDER` (marker last), one Delta commit each.
+
+    Args:
+        spark: the session.
+        publication: from :func:`build_publication`.
+        path: table name -> Delta path.
+        run_date: the partition replaced.
+        on_written: called with ``(table, delta_version, rows)`` after each commit (progress logging).
+
+    Returns:
+        table -> (Delta version, rows written).
+    """
+    written: dict[str, tuple[int, int]] = {}
+    for table in WRITE_ORDER:
+        write_publication_table(publication.tables[table], path(table), run_date, publication.model_version)
+        written[table] = last_commit(spark, path(table))
+        if on_written is not None:
+            on_written(table, *written[table])
+    return written
+
+
+def publish(spark: SparkSession, path: Callable[[str], str], run_date: dt.date,
+            settings: PublishSettings | None = None) -> tuple[Publication, dict[str, tuple[int, int]]]:
+    """One publish run without Dagster or MLflow: read, build, write (what the publish asset does first)."""
+    publication = build_from_inputs(spark, read_inputs(spark, path, run_date), run_date, settings)
+    return publication, write_publication(spark, publication, path, run_date)
