@@ -46,7 +46,7 @@ from hir_pipeline.evaluation.runner import BASELINES, EvaluationSettings
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.settings import state_dir
 from resources import GraphSettingsResource, LakeResource, MLflowResource, SourceResource, SparkResource
-from spark_jobs.delta_io import latest_version, read_table, replace_where, table_exists
+from spark_jobs.delta_io import latest_version, read_table, replace_run_date, table_exists
 from spark_jobs.evaluation import evaluate_run
 from spark_jobs.evaluation_data import DEFAULT_STAGE_WEIGHTS, read_ground_truth
 from spark_jobs.evaluation_split import COLD, WARM, SplitConfig
@@ -197,7 +197,7 @@ def evaluation_report(
     path = lake.path("evaluation_metrics")
     frame = session.createDataFrame([(model_version, day, m, s, name, float(v)) for m, s, name, v in rows],
                                     EVALUATION_METRICS_DDL)
-    replace_where(frame, path, f"run_date = '{day}'", ["run_date"])
+    replace_run_date(frame, path, day)
     table_md = comparison_table(rows, config.k, note=outcome.split.note)
     plot = comparison_plot(rows, config.k)
     details = {**outcome.details, "data": outcome.data_summary, "seconds": outcome.seconds,

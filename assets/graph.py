@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable, Iterator
 
 import dagster as dg
-from delta.tables import DeltaTable
 from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -32,7 +31,14 @@ from pyspark.sql import functions as F
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_progress
 from resources import GraphSettingsResource, LakeResource, SparkResource
-from spark_jobs.delta_io import latest_version, read_table, table_exists
+from spark_jobs.delta_io import (
+    latest_version,
+    read_run_date,
+    read_table,
+    replace_run_date,
+    run_date_metadata,
+    table_exists,
+)
 from spark_jobs.graph import (
     GraphConfig,
     anchors_to_recompute,
@@ -90,51 +96,15 @@ def views_fingerprint(config: GraphConfig) -> str:
 # --- Delta snapshots ---------------------------------------------------------------------------------------------
 
 
-def snapshot(session: SparkSession, path: str, day: dt.date) -> DataFrame:
-    """The ``run_date = day`` snapshot of a graph table."""
-    return read_table(session, path).where(F.col("run_date") == F.lit(day))
-
-
-def write_snapshot(df: DataFrame, path: str, day: dt.date, user_metadata: dict | None = None) -> None:
-    """Replace the ``run_date = day`` partition with ``df`` in one Delta commit.
-
-    The commit's ``userMetadata`` (``DESCRIBE HISTORY``) records ``{"run_date": day, **user_metadata}``, so a
-    snapshot that was built empty is told apart from one never built.
-
-    Args:
-        df: rows of this run (all with ``run_date = day``).
-        path: the table's path.
-        day: the run date.
-        user_metadata: more JSON-able facts about the snapshot (e.g. the view settings).
-    """
-    meta = {**(user_metadata or {}), "run_date": str(day)}
-    (df.write.format("delta").mode("overwrite").option("replaceWhere", f"run_date = '{day}'")
-     .option("userMetadata", json.dumps(meta, sort_keys=True)).partitionBy("run_date").save(path))
-
-
 def require_snapshot(session: SparkSession, lake: LakeResource, table: str, day: dt.date) -> DataFrame:
     """The ``day`` snapshot of an upstream graph table; fails clearly when that date was never built.
 
     An empty snapshot is legitimate (a graph without edges), so presence is decided by the commit history.
     """
     path = lake.path(table)
-    if not table_exists(session, path) or committed_metadata(session, path, day) is None:
+    if run_date_metadata(session, path, day) is None:
         raise dg.Failure(f"{table} has no snapshot for run date {day}: materialize {table} for {day} first")
-    return snapshot(session, path, day)
-
-
-def committed_metadata(session: SparkSession, path: str, day: dt.date) -> dict | None:
-    """``userMetadata`` of the latest commit that wrote the ``run_date = day`` snapshot (None if unknown)."""
-    history = (DeltaTable.forPath(session, path).history().where(F.col("userMetadata").isNotNull())
-               .orderBy(F.col("version").desc()).select("userMetadata").collect())
-    for row in history:
-        try:
-            meta = json.loads(row["userMetadata"])
-        except (TypeError, ValueError):
-            continue
-        if isinstance(meta, dict) and meta.get("run_date") == str(day):
-            return meta
-    return None
+    return read_run_date(session, path, day)
 
 
 class _Stages:
@@ -204,9 +174,9 @@ def graph_edges(
     stages = _Stages(context, session, config.progress_every_s)
     path = lake.path("graph_edges")
     bronze = {t: read_table(session, lake.path(t)) for t in ("entities", "relations", "events")}
-    stages.run("build_and_write", lambda: write_snapshot(
+    stages.run("build_and_write", lambda: replace_run_date(
         build_edges(bronze["entities"], bronze["relations"], bronze["events"], day, cfg), path, day))
-    written = snapshot(session, path, day)
+    written = read_run_date(session, path, day)
     by_type = {r["edge_type"]: int(r["count"]) for r in written.groupBy("edge_type").count().collect()}
     result = stages.run("check", lambda: checks.check_weights_finite_positive(written))
     yield dg.MaterializeResult(metadata={
@@ -239,8 +209,8 @@ def graph_nodes(
     path = lake.path("graph_nodes")
     edges = require_snapshot(session, lake, "graph_edges", day)
     entities = read_table(session, lake.path("entities"))
-    stages.run("build_and_write", lambda: write_snapshot(build_nodes(entities, edges, day, cfg), path, day))
-    written = snapshot(session, path, day)
+    stages.run("build_and_write", lambda: replace_run_date(build_nodes(entities, edges, day, cfg), path, day))
+    written = read_run_date(session, path, day)
     stats = written.agg(
         F.count(F.lit(1)).alias("rows"),
         F.count(F.when(F.col("degree") == 0, 1)).alias("isolated"),
@@ -269,7 +239,7 @@ def previous_snapshot(session: SparkSession, lake: LakeResource, day: dt.date) -
     if prev is None:
         return None
     for table in ("graph_nodes", "graph_edges"):
-        if not table_exists(session, lake.path(table)) or committed_metadata(session, lake.path(table), prev) is None:
+        if run_date_metadata(session, lake.path(table), prev) is None:
             return None
     return prev
 
@@ -282,14 +252,14 @@ def increment_blocker(session: SparkSession, lake: LakeResource, prev: dt.date, 
     settings, the same id for every edge type present on both dates, and the same type for every surviving
     entity. Any other change is seen by the edge diff of :func:`spark_jobs.graph.views.affected_anchors`.
     """
-    meta = committed_metadata(session, lake.path("graph_views"), prev)
+    meta = run_date_metadata(session, lake.path("graph_views"), prev)
     if meta is None or meta.get("views_config") != views_fingerprint(cfg):
         return f"view settings of {prev} unknown or different"
-    old_types = snapshot(session, lake.path("graph_edges"), prev).select("edge_type", "edge_type_id").distinct()
+    old_types = read_run_date(session, lake.path("graph_edges"), prev).select("edge_type", "edge_type_id").distinct()
     new_types = edges.select("edge_type", F.col("edge_type_id").alias("_new_id")).distinct()
     if not old_types.join(new_types, "edge_type").where(F.col("edge_type_id") != F.col("_new_id")).isEmpty():
         return "edge type ids changed (new relation type)"
-    old_nodes = snapshot(session, lake.path("graph_nodes"), prev).select("entity_id", "node_type")
+    old_nodes = read_run_date(session, lake.path("graph_nodes"), prev).select("entity_id", "node_type")
     retyped = old_nodes.join(nodes.select("entity_id", F.col("node_type").alias("_new_type")), "entity_id")
     if not retyped.where(F.col("node_type") != F.col("_new_type")).isEmpty():
         return "an entity changed type"
@@ -340,7 +310,7 @@ def graph_views(
         reason = stages.run("plan", lambda: increment_blocker(session, lake, prev, day, cfg, nodes, edges))
     extra: dict = {}
     if prev is not None and reason is None:
-        old = {t: snapshot(session, lake.path(t), prev) for t in ("graph_views", "graph_nodes", "graph_edges")}
+        old = {t: read_run_date(session, lake.path(t), prev) for t in ("graph_views", "graph_nodes", "graph_edges")}
         redo = stages.run("affected_anchors", lambda: anchors_to_recompute(
             old["graph_nodes"], old["graph_edges"], nodes, edges, cfg).localCheckpoint())
         recomputed = redo.join(nodes.select("entity_id"), "entity_id").count()
@@ -355,10 +325,10 @@ def graph_views(
         views = build_views(nodes, edges, day, cfg)
         mode = "full"
         extra = {"full_build_reason": reason, "recomputed_anchors": n_anchors, "reused_anchors": 0}
-    stages.run("sample_structure_and_write", lambda: write_snapshot(
+    stages.run("sample_structure_and_write", lambda: replace_run_date(
         views, path, day, {"views_config": views_fingerprint(cfg)}))
 
-    written = snapshot(session, path, day)
+    written = read_run_date(session, path, day)
     stats = written.agg(
         F.count(F.lit(1)).alias("rows"),
         F.count(F.when(F.col("truncated"), 1)).alias("truncated"),

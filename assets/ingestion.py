@@ -23,7 +23,7 @@ from assets.quality import validate
 from hir_pipeline.contracts import DEFAULT_FUNNEL, ENTITY_TYPES, EVENT_DATE_COLUMN
 from resources import LakeResource, SourceResource, SparkResource
 from spark_jobs import ingest
-from spark_jobs.delta_io import latest_version, read_table, replace_where, upsert
+from spark_jobs.delta_io import latest_version, read_table, replace_run_date, replace_where, upsert
 from spark_jobs.source_reader import read_source
 
 GROUP = "ingestion"
@@ -148,7 +148,7 @@ def bronze_tables(
 
     with step("quarantine"):
         quarantine = quarantine_parts[0].unionByName(quarantine_parts[1]).unionByName(quarantine_parts[2])
-        replace_where(quarantine, lake.path("quarantine"), f"run_date = '{day}'", ["run_date"])
+        replace_run_date(quarantine, lake.path("quarantine"), day)
     written("quarantine", sum(c["quarantined"] for c in counts.values()), "written")
     for df in (entities, relations, events, known):
         df.unpersist()

@@ -48,7 +48,7 @@ from hir_pipeline.contracts import DEFAULT_FUNNEL
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.settings import state_dir
 from resources import LakeResource, MLflowResource, SparkResource
-from spark_jobs.delta_io import latest_version, read_table, replace_where
+from spark_jobs.delta_io import latest_version, read_table, replace_run_date
 from spark_jobs.model_inputs import load_model_inputs
 from spark_jobs.model_outputs import model_hierarchy_frame, model_outputs_frame
 
@@ -332,7 +332,7 @@ def interest_model(
         hierarchy = model_hierarchy_frame(session, result.prototypes, res.parent_maps, model_version, day)
         out_versions = {}
         for table, df in zip(OUTPUT_TABLES, (outputs, hierarchy), strict=True):
-            replace_where(df, lake.path(table), f"run_date = '{day}'", ["run_date"])
+            replace_run_date(df, lake.path(table), day)
             out_versions[table] = latest_version(session, lake.path(table))
         mlf.set_tags({f"hir.output.{t}.delta_version": str(v) for t, v in out_versions.items()})
         context.log.info(f"Wrote {inputs.num_nodes:,} model_outputs and {sum(result.model_cfg.level_sizes):,} "

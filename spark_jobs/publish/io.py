@@ -7,13 +7,13 @@ publication's commit marker (:data:`WRITE_ORDER`).
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.delta_io import replace_run_date
 from spark_jobs.publish.matching import next_cluster_ids, previous_run_date
 from spark_jobs.publish.transform import Publication, PublishSettings, build_publication
 
@@ -28,9 +28,7 @@ def write_publication_table(df: DataFrame, path: str, day: dt.date, model_versio
 
     The commit's ``userMetadata`` records ``{"run_date", "model_version"}`` (``DESCRIBE HISTORY``).
     """
-    meta = json.dumps({"run_date": str(day), "model_version": model_version}, sort_keys=True)
-    (df.write.format("delta").mode("overwrite").option("replaceWhere", f"run_date = '{day}'")
-     .option("userMetadata", meta).partitionBy("run_date").save(path))
+    replace_run_date(df, path, day, {"model_version": model_version})
 
 
 def last_commit(spark: SparkSession, path: str) -> tuple[int, int]:

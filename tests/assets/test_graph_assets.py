@@ -21,10 +21,9 @@ from assets.graph import (
     graph_views,
     increment_blocker,
 )
-from assets.graph import snapshot as graph_snapshot
 from hir_pipeline.contracts import EVENT_DATE_COLUMN
 from resources import GraphSettingsResource
-from spark_jobs.delta_io import latest_version, read_table
+from spark_jobs.delta_io import latest_version, read_run_date, read_table
 from tests.assets.conftest import RUN_DATE, make_resources
 
 GRAPH_ASSETS = [graph_edges, graph_nodes, graph_views]
@@ -164,7 +163,7 @@ def test_rerun_of_a_date_replaces_it_and_equals_a_full_build(spark, next_day):
 
 def test_other_view_settings_block_the_increment(spark, next_day, monkeypatch):
     lake, day, prev = next_day.resources["lake"], dt.date.fromisoformat(NEXT_DATE), dt.date.fromisoformat(RUN_DATE)
-    nodes, edges = (graph_snapshot(spark, lake.path(t), day) for t in ("graph_nodes", "graph_edges"))
+    nodes, edges = (read_run_date(spark, lake.path(t), day) for t in ("graph_nodes", "graph_edges"))
     same = GRAPH_SETTINGS.graph_config()
     assert increment_blocker(spark, lake, prev, day, same, nodes, edges) is None
     reseeded = GraphSettingsResource(**{**GRAPH_CONFIG, "seed": 4}).graph_config()

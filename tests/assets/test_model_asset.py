@@ -20,7 +20,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from assets.model import TRAIN_FIELDS, TrainingConfig, checkpoint_dir, interest_model  # noqa: E402
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES, MODEL_HIERARCHY_DDL, MODEL_OUTPUTS_DDL  # noqa: E402
 from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
-from spark_jobs.delta_io import read_table, replace_where  # noqa: E402
+from spark_jobs.delta_io import read_table, replace_run_date  # noqa: E402
 from spark_jobs.graph import GraphConfig, build_edges, build_nodes, build_views  # noqa: E402
 from tests.assets.conftest import RUN_DATE, make_resources  # noqa: E402
 
@@ -46,7 +46,7 @@ def write_model_inputs(spark, bronze, lake) -> None:
     nodes = build_nodes(ents, edges, DAY, GRAPH).localCheckpoint()
     views = build_views(nodes, edges, DAY, GRAPH)
     for table, df in (("graph_edges", edges), ("graph_nodes", nodes), ("graph_views", views)):
-        replace_where(df, lake.path(table), f"run_date = '{DAY}'", ["run_date"])
+        replace_run_date(df, lake.path(table), DAY)
     content_ents = sorted(tuple(r) for r in ents.where(F.col("entity_type").isin(*CONTENT_ENTITY_TYPES))
                           .select("entity_id", "entity_type").collect())
     rng = np.random.default_rng(0)
