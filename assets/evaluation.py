@@ -20,7 +20,6 @@ and, when they are within ``gate_tolerance``, moves the MLflow alias ``champion`
 
 import datetime as dt
 import shutil
-import time
 from dataclasses import fields, replace
 
 import dagster as dg
@@ -38,6 +37,7 @@ from assets.evaluation_tracking import (
 )
 from assets.model import TrainingConfig, forward_training_logs
 from assets.partitions import daily_partitions, run_date
+from assets.progress import spark_stages
 from hir_pipeline.contracts import EVALUATION_METRICS_DDL
 from hir_pipeline.evaluation.baselines import ALSConfig, LightGCNConfig
 from hir_pipeline.evaluation.gate import promotion_gate
@@ -183,15 +183,14 @@ def evaluation_report(
 
         torch.set_num_threads(config.training.torch_threads)
     ckpt = evaluation_checkpoint_dir(day)
-    t0 = time.perf_counter()
-    with forward_training_logs(context), forward_training_logs(context, "hir_pipeline.evaluation"):
+    stages = spark_stages(context, session, "evaluation_report")
+    with stages("evaluate"), forward_training_logs(context), forward_training_logs(context, "hir_pipeline.evaluation"):
         outcome = evaluate_run(
             bronze["entities"], bronze["relations"], bronze["events"], content, day, ckpt,
             split_config=config.split_config(graph_cfg.funnel), graph_config=graph_cfg, model_config=model_cfg,
             train_config=train_cfg, engagement_weights=config.training.engagement_weights,
             settings=config.settings(), stage_weights=config.stage_weights, truth=truth,
             progress=context.log.info)
-    total_s = time.perf_counter() - t0
 
     rows = outcome.rows
     path = lake.path("evaluation_metrics")
@@ -227,7 +226,7 @@ def evaluation_report(
         "details": dg.MetadataValue.json({k: v for k, v in details.items() if k != "data"}),
         "mlflow_run_id": run.info.run_id,
         "mlflow_metrics_logged": n_logged,
-        "evaluation_seconds": round(total_s, 1),
+        "evaluation_seconds": round(stages.seconds["evaluate"], 1),
         "delta_version": latest_version(session, path),
         "path": dg.MetadataValue.path(path),
     })

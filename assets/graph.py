@@ -20,8 +20,7 @@ increment.
 import datetime as dt
 import hashlib
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import dagster as dg
 from pydantic import Field
@@ -29,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from assets.partitions import daily_partitions, run_date
-from assets.progress import spark_progress
+from assets.progress import spark_stages
 from resources import GraphSettingsResource, LakeResource, SparkResource
 from spark_jobs.delta_io import (
     latest_version,
@@ -107,27 +106,6 @@ def require_snapshot(session: SparkSession, lake: LakeResource, table: str, day:
     return read_run_date(session, path, day)
 
 
-class _Stages:
-    """Wall-clock seconds of named steps, each run under Spark progress logging."""
-
-    def __init__(self, context: dg.AssetExecutionContext, session: SparkSession, every_s: float):
-        self.context, self.session, self.every_s = context, session, every_s
-        self.seconds: dict[str, float] = {}
-
-    def run(self, name: str, fn: Callable[[], object]):
-        self.context.log.info(f"{self.context.asset_key.to_user_string()}: {name} ...")
-        start = time.perf_counter()
-        with spark_progress(self.context, self.session, f"{self.context.asset_key.to_user_string()}: {name}",
-                            self.every_s):
-            out = fn()
-        self.seconds[name] = round(time.perf_counter() - start, 3)
-        self.context.log.info(f"{self.context.asset_key.to_user_string()}: {name} done in {self.seconds[name]:.1f}s")
-        return out
-
-    def metadata(self) -> dg.MetadataValue:
-        return dg.MetadataValue.json(self.seconds)
-
-
 def _table_metadata(context: dg.AssetExecutionContext, session: SparkSession, path: str, day: dt.date,
                     rows: int) -> dict:
     """Row count, run date, Delta version and path of the snapshot just written; also said in the run log."""
@@ -171,7 +149,7 @@ def graph_edges(
     graph_settings: GraphSettingsResource,
 ) -> Iterator:
     day, session, cfg = run_date(context), spark.get_session(), graph_settings.graph_config()
-    stages = _Stages(context, session, config.progress_every_s)
+    stages = spark_stages(context, session, context.asset_key.to_user_string(), config.progress_every_s)
     path = lake.path("graph_edges")
     bronze = {t: read_table(session, lake.path(t)) for t in ("entities", "relations", "events")}
     stages.run("build_and_write", lambda: replace_run_date(
@@ -182,7 +160,7 @@ def graph_edges(
     yield dg.MaterializeResult(metadata={
         **_table_metadata(context, session, path, day, sum(by_type.values())),
         "edges_by_type": dg.MetadataValue.json(dict(sorted(by_type.items()))),
-        "stage_seconds": stages.metadata(),
+        "stage_seconds": dg.MetadataValue.json(stages.seconds),
     })
     yield _check(CHECK_WEIGHTS, "graph_edges", result, day)
 
@@ -205,7 +183,7 @@ def graph_nodes(
     graph_settings: GraphSettingsResource,
 ) -> Iterator:
     day, session, cfg = run_date(context), spark.get_session(), graph_settings.graph_config()
-    stages = _Stages(context, session, config.progress_every_s)
+    stages = spark_stages(context, session, context.asset_key.to_user_string(), config.progress_every_s)
     path = lake.path("graph_nodes")
     edges = require_snapshot(session, lake, "graph_edges", day)
     entities = read_table(session, lake.path("entities"))
@@ -225,7 +203,7 @@ def graph_nodes(
         "isolated_nodes": int(stats["isolated"]),
         "nodes_with_history": int(stats["with_history"]),
         "max_degree": int(stats["max_degree"]),
-        "stage_seconds": stages.metadata(),
+        "stage_seconds": dg.MetadataValue.json(stages.seconds),
     })
     yield _check(CHECK_DANGLING, "graph_nodes", result, day)
 
@@ -299,7 +277,7 @@ def graph_views(
     were recomputed vs reused.
     """
     day, session, cfg = run_date(context), spark.get_session(), graph_settings.graph_config()
-    stages = _Stages(context, session, config.progress_every_s)
+    stages = spark_stages(context, session, context.asset_key.to_user_string(), config.progress_every_s)
     path = lake.path("graph_views")
     nodes = require_snapshot(session, lake, "graph_nodes", day).persist()
     edges = require_snapshot(session, lake, "graph_edges", day).persist()
@@ -353,7 +331,7 @@ def graph_views(
                                        "broad_fanout": list(cfg.broad_fanout),
                                        "narrow_fanout": list(cfg.narrow_fanout)}),
         "views_config": views_fingerprint(cfg),
-        "stage_seconds": stages.metadata(),
+        "stage_seconds": dg.MetadataValue.json(stages.seconds),
     })
     yield _check(CHECK_ANCHOR, "graph_views", anchor_result, day)
     yield _check(CHECK_DISTANCES, "graph_views", dist_result, day)

@@ -23,7 +23,6 @@ import contextlib
 import datetime as dt
 import logging
 import shutil
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -43,7 +42,7 @@ from assets.model_tracking import (
     resumable_run_id,
 )
 from assets.partitions import daily_partitions, run_date
-from assets.progress import spark_progress
+from assets.progress import spark_stages
 from hir_pipeline.contracts import DEFAULT_FUNNEL
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.settings import state_dir
@@ -251,18 +250,18 @@ def interest_model(
 
     day = run_date(context)
     session = spark.get_session()
-    t_start = time.perf_counter()
-    frames = read_inputs(session, lake, day, config.require_content)
-    versions = {table: version for table, (_, _, version) in frames.items()}
-    context.log.info(f"Reading inputs of {day} at Delta versions {versions}")
-    content = frames.get(CONTENT_TABLE, (None,))[0]
-    with spark_progress(context, session, "interest_model: collect inputs", config.progress_every_s):
+    stages = spark_stages(context, session, "interest_model", config.progress_every_s)
+    with stages("collect inputs"):
+        frames = read_inputs(session, lake, day, config.require_content)
+        versions = {table: version for table, (_, _, version) in frames.items()}
+        context.log.info(f"Reading inputs of {day} at Delta versions {versions}")
+        content = frames.get(CONTENT_TABLE, (None,))[0]
         inputs = load_model_inputs(
             frames["graph_nodes"][0], frames["graph_views"][0], content, frames["graph_edges"][0],
             funnel=config.funnel, engagement_weights=config.engagement_weights,
             provenance={"delta_versions": versions}, progress=context.log.info,
         )
-    collect_s = time.perf_counter() - t_start
+    collect_s = stages.seconds["collect inputs"]
     require_rows(inputs, versions, day, config.require_content)
     summary = inputs.summary()
     context.log.info(f"Collected the graph in {collect_s:.1f}s: {summary}")
@@ -299,7 +298,7 @@ def interest_model(
         def on_epoch_end(epoch: int, metrics: dict) -> None:
             mlf.log_metrics(epoch_metrics(metrics), step=epoch)
             trained.append(epoch)
-            elapsed = time.perf_counter() - t_train
+            elapsed = stages.elapsed("train")
             left = config.epochs - epoch - 1
             context.log.info(f"epoch {epoch + 1}/{config.epochs} done: loss {metrics['loss']:.4f}"
                              + (f", ~{elapsed / len(trained) * left:.0f}s to go" if left else ""))
@@ -310,8 +309,7 @@ def interest_model(
                     metadata={"epochs_done": epoch + 1, "checkpoint_dir": str(ckpt)},
                 )
 
-        t_train = time.perf_counter()
-        with forward_training_logs(context):
+        with stages("train"), forward_training_logs(context):
             result = fit_and_embed(inputs, model_cfg, train_cfg, ckpt, on_epoch_end=on_epoch_end,
                                    fingerprint=fingerprint)
         mlf.set_tags({"hir.device": result.device, "hir.bf16": str(result.bf16)})

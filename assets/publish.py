@@ -16,11 +16,9 @@ stood when the marker was committed, so a half-finished publication is never mix
 """
 
 import base64
-import contextlib
 import datetime as dt
 import hashlib
 import tempfile
-import time
 from pathlib import Path
 
 import dagster as dg
@@ -29,7 +27,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from assets.partitions import daily_partitions, run_date
-from assets.progress import spark_progress
+from assets.progress import spark_stages
 from hir_pipeline.publish.pictures import ClusterNode, embedding_map_png, hierarchy_sunburst_png
 from hir_pipeline.publish.stable_ids import MatchConfig
 from resources import LakeResource, MLflowResource, SparkResource
@@ -198,20 +196,6 @@ def log_publication(
     return run_id
 
 
-class _Stages:
-    """Times the publish steps (``stage_seconds`` metadata) and reports Spark progress while each runs."""
-
-    def __init__(self, context: dg.AssetExecutionContext, session: SparkSession) -> None:
-        self.context, self.session, self.seconds = context, session, {}
-
-    @contextlib.contextmanager
-    def __call__(self, name: str):
-        start = time.perf_counter()
-        with spark_progress(self.context, self.session, f"publish: {name}"):
-            yield
-        self.seconds[name] = round(time.perf_counter() - start, 2)
-
-
 # --- the asset -----------------------------------------------------------------------------------
 
 
@@ -230,7 +214,7 @@ def publish_tables(
 ):
     day = run_date(context)
     session = spark.get_session()
-    stages = _Stages(context, session)
+    stages = spark_stages(context, session, "publish")
     with stages("read inputs"):
         try:
             inputs = read_inputs(session, lake.path, day)

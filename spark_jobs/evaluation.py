@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from hir_pipeline.evaluation.runner import (
 )
 from hir_pipeline.evaluation.scoring import EmbeddingScorer
 from hir_pipeline.model.config import ModelConfig, TrainConfig
+from hir_pipeline.timing import Stages
 from spark_jobs.evaluation_data import DEFAULT_STAGE_WEIGHTS, collect_content, collect_eval_data
 from spark_jobs.evaluation_split import EvaluationSplit, SplitConfig, split_events
 from spark_jobs.graph import GraphConfig, build_edges, build_nodes, build_views
@@ -170,31 +170,22 @@ def evaluate_run(
     split_config = split_config or SplitConfig()
     graph_config = graph_config or GraphConfig(funnel=split_config.funnel)
     settings = settings or EvaluationSettings()
-    seconds: dict[str, float] = {}
-
-    def timed(name: str, fn: Callable[[], Any]) -> Any:
-        say(f"evaluation: {name} ...")
-        t0 = time.perf_counter()
-        out = fn()
-        seconds[name] = round(time.perf_counter() - t0, 2)
-        say(f"evaluation: {name} done in {seconds[name]:.1f}s")
-        return out
-
+    stages = Stages(say=say, label="evaluation: ")
     split, data, inputs = prepare_evaluation(
         entities, relations, events, content, run_date, split_config, graph_config, engagement_weights,
-        stage_weights, timed, say)
+        stage_weights, stages.run, say)
     summary = _summary(data)
 
     from hir_pipeline.training.fit import fit_and_embed
 
-    fit = timed("hir_fit", lambda: fit_and_embed(inputs, model_config or ModelConfig(),
-                                                 train_config or TrainConfig(), checkpoint_dir))
+    fit = stages.run("hir_fit", lambda: fit_and_embed(inputs, model_config or ModelConfig(),
+                                                      train_config or TrainConfig(), checkpoint_dir))
     entity_ids = [str(e) for e in inputs.entity_ids]
     hir = EmbeddingScorer.from_lookup(data, entity_ids, fit.inference.embeddings, "hir")
     item_content = collect_content(content, data.item_ids)
     scorers = [hir, *make_baselines(settings, item_content)]
     rows, method_seconds = ranking_rows(scorers, data, settings.k, progress=say)
-    seconds.update({f"method_{m}": round(s, 2) for m, s in method_seconds.items()})
+    seconds = {**stages.seconds, **{f"method_{m}": s for m, s in method_seconds.items()}}
     rows += target_ratios(rows, settings.k)
     assignments = [np.argmax(p, axis=1) for p in fit.inference.probs]
     rows += clustering_rows(entity_ids, [str(t) for t in inputs.entity_types], assignments,

@@ -25,7 +25,6 @@ callback (the asset passes ``context.log.info``; the Spark stages themselves are
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,6 +34,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import DEFAULT_FUNNEL, VIEW_BROAD, VIEW_NARROW
+from hir_pipeline.timing import Stages
 from hir_pipeline.training.inputs import ModelInputs, engagement_arrays, views_from_flat
 
 
@@ -217,23 +217,21 @@ def load_model_inputs(
     """
     funnel = tuple(funnel)
     weights = default_engagement_weights(funnel) if engagement_weights is None else tuple(engagement_weights)
-    clock = time.perf_counter()
+    stages = Stages()
 
-    def done(what: str) -> None:
-        nonlocal clock
+    def done(stage: str, what: str) -> None:
         if progress is not None:
-            progress(f"collected {what} in {time.perf_counter() - clock:.1f}s")
-        clock = time.perf_counter()
+            progress(f"collected {what} in {stages.seconds[stage]:.1f}s")
 
-    nodes = collect_nodes(nodes_df)
+    nodes = stages.run("nodes", lambda: collect_nodes(nodes_df))
     n = len(nodes["entity_ids"])
-    done(f"{n:,} nodes")
-    views = collect_views(views_df, n)
-    done(f"{len(views[VIEW_BROAD]):,} broad and {len(views[VIEW_NARROW]):,} narrow views")
-    content, has_content = collect_content(content_df, nodes_df, n, content_column)
-    done(f"content vectors of {int(has_content.sum()):,} nodes (dim {content.shape[1]})")
-    engagement = collect_engagement(edges_df, funnel, weights)
-    done(f"{len(engagement[0]):,} engagement pairs")
+    done("nodes", f"{n:,} nodes")
+    views = stages.run("views", lambda: collect_views(views_df, n))
+    done("views", f"{len(views[VIEW_BROAD]):,} broad and {len(views[VIEW_NARROW]):,} narrow views")
+    content, has_content = stages.run("content", lambda: collect_content(content_df, nodes_df, n, content_column))
+    done("content", f"content vectors of {int(has_content.sum()):,} nodes (dim {content.shape[1]})")
+    engagement = stages.run("engagement", lambda: collect_engagement(edges_df, funnel, weights))
+    done("engagement", f"{len(engagement[0]):,} engagement pairs")
     # The model sees edge types only through the views: their largest id sizes the edge-type bias table.
     max_edge_type = max((int(v["edge_types"].max(initial=0)) for vs in views.values() for v in vs), default=0)
     return ModelInputs(
