@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_stages
 from resources import GraphSettingsResource, LakeResource, SparkResource
-from spark_jobs.delta_io import latest_version, read_run_date, read_table, replace_run_date
+from spark_jobs.delta_io import MissingInput, latest_version, read_run_date, read_table, replace_run_date
 from spark_jobs.graph import build_edges, build_nodes, checks, snapshots
 
 GROUP = "graph"
@@ -66,7 +66,7 @@ def require_snapshot(session: SparkSession, lake: LakeResource, table: str, day:
     """The ``day`` snapshot of an upstream graph table; fails clearly when that date was never built."""
     try:
         return snapshots.require_snapshot(session, lake.path, table, day)
-    except snapshots.MissingSnapshot as exc:
+    except MissingInput as exc:
         raise dg.Failure(str(exc)) from exc
 
 

@@ -23,6 +23,10 @@ from pyspark.sql import functions as F
 RUN_DATE = "run_date"
 
 
+class MissingInput(LookupError):
+    """An upstream table has nothing for the run date (the message says what to materialize first)."""
+
+
 def table_exists(spark: SparkSession, path: str) -> bool:
     return DeltaTable.isDeltaTable(spark, path)
 

@@ -26,17 +26,20 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from hir_pipeline.timing import Stages
-from spark_jobs.delta_io import read_run_date, read_table, replace_run_date, run_date_metadata, table_exists
+from spark_jobs.delta_io import (
+    MissingInput,
+    read_run_date,
+    read_table,
+    replace_run_date,
+    run_date_metadata,
+    table_exists,
+)
 from spark_jobs.graph import sampling
 from spark_jobs.graph.config import GraphConfig
 from spark_jobs.graph.views import GraphSnapshot, anchors_to_recompute, build_views, update_views
 
 #: The graph tables, in build order.
 GRAPH_TABLES = ("graph_edges", "graph_nodes", "graph_views")
-
-
-class MissingSnapshot(LookupError):
-    """An upstream graph table has no snapshot of the run date."""
 
 
 def require_snapshot(spark: SparkSession, path: Callable[[str], str], table: str, day: dt.date) -> DataFrame:
@@ -49,11 +52,11 @@ def require_snapshot(spark: SparkSession, path: Callable[[str], str], table: str
         day: the run date.
 
     Raises:
-        MissingSnapshot: that date was never built (an empty snapshot is legitimate, so presence is decided by
+        MissingInput: that date was never built (an empty snapshot is legitimate, so presence is decided by
             the commit history).
     """
     if run_date_metadata(spark, path(table), day) is None:
-        raise MissingSnapshot(f"{table} has no snapshot for run date {day}: materialize {table} for {day} first")
+        raise MissingInput(f"{table} has no snapshot for run date {day}: materialize {table} for {day} first")
     return read_run_date(spark, path(table), day)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.delta_io import replace_run_date
+from spark_jobs.delta_io import MissingInput, read_table, replace_run_date, table_exists
 from spark_jobs.publish.matching import next_cluster_ids, previous_run_date
 from spark_jobs.publish.transform import Publication, PublishSettings, build_publication
 
@@ -40,10 +40,6 @@ def last_commit(spark: SparkSession, path: str) -> tuple[int, int]:
 
 
 # --- one publish run: read the lake, build, write in order ----------------------------------------
-
-
-class MissingInput(LookupError):
-    """An upstream table (model outputs, graph edges) has nothing for the run date."""
 
 
 @dataclass
@@ -86,7 +82,6 @@ def read_inputs(spark: SparkSession, path: Callable[[str], str], run_date: dt.da
     Raises:
         MissingInput: the model did not run for ``run_date``, or there is no graph snapshot on or before it.
     """
-    from spark_jobs.delta_io import read_table, table_exists
 
     def on(df: DataFrame, day: dt.date) -> DataFrame:
         return df.where(F.col("run_date") == F.lit(day))
