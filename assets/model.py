@@ -28,8 +28,6 @@ from typing import Literal
 
 import dagster as dg
 from pydantic import Field
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from assets.model_tracking import (
     TAG_RUN_DATE,
@@ -47,14 +45,11 @@ from hir_pipeline.contracts import DEFAULT_FUNNEL
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.settings import state_dir
 from resources import LakeResource, MLflowResource, SparkResource
-from spark_jobs.delta_io import latest_version, read_table, replace_run_date
-from spark_jobs.model_inputs import load_model_inputs
-from spark_jobs.model_outputs import model_hierarchy_frame, model_outputs_frame
+from spark_jobs.delta_io import MissingInput
+from spark_jobs.model_inputs import CONTENT_TABLE, GRAPH_TABLES, load_model_inputs, read_model_tables
+from spark_jobs.model_outputs import model_hierarchy_frame, model_outputs_frame, write_model_outputs
 
 GROUP = "model"
-GRAPH_TABLES = ("graph_nodes", "graph_edges", "graph_views")
-CONTENT_TABLE = "content_embeddings"
-OUTPUT_TABLES = ("model_outputs", "model_hierarchy")
 
 _M, _T = ModelConfig(), TrainConfig()
 #: TrainingConfig fields passed to ModelConfig / TrainConfig unchanged.
@@ -159,30 +154,6 @@ def checkpoint_dir(day: dt.date) -> Path:
     return state_dir() / "checkpoints" / str(day)
 
 
-def read_inputs(session: SparkSession, lake: LakeResource, day: dt.date, require_content: bool
-                ) -> dict[str, tuple[DataFrame, str, int]]:
-    """The run date's rows of every input table, pinned to the table's current Delta version.
-
-    Returns:
-        ``{table: (rows, path, delta_version)}``; ``content_embeddings`` is absent when it does not exist and
-        ``require_content`` is False. Tables with a ``run_date`` column are filtered to ``day``; a table without
-        one (a single snapshot) is read whole.
-    """
-    out = {}
-    for table in (*GRAPH_TABLES, CONTENT_TABLE):
-        path = lake.path(table)
-        version = latest_version(session, path)
-        if version is None:
-            if table == CONTENT_TABLE and not require_content:
-                continue
-            raise dg.Failure(f"{table} does not exist in the lake: materialize {table} for {day} first")
-        df = read_table(session, path, version)
-        if "run_date" in df.columns:
-            df = df.where(F.col("run_date") == F.lit(day))
-        out[table] = (df, path, version)
-    return out
-
-
 def require_rows(inputs, versions: dict[str, int], day: dt.date, require_content: bool) -> None:
     """Fail clearly when the run date's graph (or content) is missing, instead of training on nothing."""
     missing = []
@@ -252,7 +223,10 @@ def interest_model(
     session = spark.get_session()
     stages = spark_stages(context, session, "interest_model", config.progress_every_s)
     with stages("collect inputs"):
-        frames = read_inputs(session, lake, day, config.require_content)
+        try:
+            frames = read_model_tables(session, lake.path, day, config.require_content)
+        except MissingInput as exc:
+            raise dg.Failure(str(exc)) from exc
         versions = {table: version for table, (_, _, version) in frames.items()}
         context.log.info(f"Reading inputs of {day} at Delta versions {versions}")
         content = frames.get(CONTENT_TABLE, (None,))[0]
@@ -328,10 +302,7 @@ def interest_model(
         outputs = model_outputs_frame(session, inputs.entity_ids, inputs.entity_types, res.embeddings, res.probs,
                                       res.has_view, model_version, day)
         hierarchy = model_hierarchy_frame(session, result.prototypes, res.parent_maps, model_version, day)
-        out_versions = {}
-        for table, df in zip(OUTPUT_TABLES, (outputs, hierarchy), strict=True):
-            replace_run_date(df, lake.path(table), day)
-            out_versions[table] = latest_version(session, lake.path(table))
+        out_versions = write_model_outputs(session, lake.path, day, outputs, hierarchy)
         mlf.set_tags({f"hir.output.{t}.delta_version": str(v) for t, v in out_versions.items()})
         context.log.info(f"Wrote {inputs.num_nodes:,} model_outputs and {sum(result.model_cfg.level_sizes):,} "
                          f"model_hierarchy rows for run date {day} (model version {model_version}) at Delta "

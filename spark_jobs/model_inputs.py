@@ -19,23 +19,33 @@ one Arrow batch at a time (one copy of a batch's buffers), so no single buffer h
 
 Nothing is collected that the model does not read: no degree maps, weights or entity text.
 
+:func:`read_model_tables` reads the run date's rows of those tables from the lake, each pinned to an explicit
+Delta version (logged with the model).
+
 :func:`load_model_inputs` reports each collected part (what, how much, how long) to an optional ``progress``
 callback (the asset passes ``context.log.info``; the Spark stages themselves are reported by the asset around it).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import DEFAULT_FUNNEL, VIEW_BROAD, VIEW_NARROW
 from hir_pipeline.timing import Stages
 from hir_pipeline.training.inputs import ModelInputs, engagement_arrays, views_from_flat
+from spark_jobs.delta_io import MissingInput, latest_version, read_table
+
+#: The graph tables a model is trained on (one snapshot per run date).
+GRAPH_TABLES = ("graph_nodes", "graph_edges", "graph_views")
+#: The content table (one current snapshot, read whole).
+CONTENT_TABLE = "content_embeddings"
 
 
 def default_engagement_weights(funnel: Sequence[str]) -> tuple[float, ...]:
@@ -240,3 +250,36 @@ def load_model_inputs(
         has_content=has_content, broad_views=views[VIEW_BROAD], narrow_views=views[VIEW_NARROW],
         engagement=engagement, max_edge_type=int(max_edge_type), provenance=dict(provenance or {}),
     )
+
+
+def read_model_tables(spark: SparkSession, path: Callable[[str], str], day: dt.date, require_content: bool = True
+                      ) -> dict[str, tuple[DataFrame, str, int]]:
+    """The run date's rows of every input table of the model, pinned to the table's current Delta version.
+
+    Args:
+        spark: the session.
+        path: table name -> Delta path (``LakeResource.path``).
+        day: the run date.
+        require_content: a missing ``content_embeddings`` table is an error (else it is left out).
+
+    Returns:
+        ``{table: (rows, path, delta_version)}`` for :data:`GRAPH_TABLES` and :data:`CONTENT_TABLE`;
+        ``content_embeddings`` is absent when it does not exist and ``require_content`` is False. Tables with a
+        ``run_date`` column are filtered to ``day``; a table without one (a single snapshot) is read whole.
+
+    Raises:
+        MissingInput: a table does not exist in the lake.
+    """
+    out = {}
+    for table in (*GRAPH_TABLES, CONTENT_TABLE):
+        table_path = path(table)
+        version = latest_version(spark, table_path)
+        if version is None:
+            if table == CONTENT_TABLE and not require_content:
+                continue
+            raise MissingInput(f"{table} does not exist in the lake: materialize {table} for {day} first")
+        df = read_table(spark, table_path, version)
+        if "run_date" in df.columns:
+            df = df.where(F.col("run_date") == F.lit(day))
+        out[table] = (df, table_path, version)
+    return out
