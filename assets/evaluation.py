@@ -48,7 +48,7 @@ from hir_pipeline.settings import state_dir
 from resources import GraphSettingsResource, LakeResource, MLflowResource, SourceResource, SparkResource
 from spark_jobs.delta_io import latest_version, read_table, replace_run_date, table_exists
 from spark_jobs.evaluation import evaluate_run
-from spark_jobs.evaluation_data import DEFAULT_STAGE_WEIGHTS, read_ground_truth
+from spark_jobs.evaluation_data import DEFAULT_STAGE_WEIGHTS
 from spark_jobs.evaluation_split import COLD, WARM, SplitConfig
 
 GROUP = "evaluation"
@@ -176,7 +176,7 @@ def evaluation_report(
             content = content.where(F.col("run_date") == F.lit(day))
     elif config.require_content:
         raise dg.Failure(f"content_embeddings does not exist: materialize it for {day} first")
-    truth = read_ground_truth(session, source.prepare(session)) if source.name != "movielens" else None
+    truth = source.ground_truth(session)
 
     if config.training.torch_threads:  # oversubscribed cores slow sparse/attention kernels by 10x or more
         import torch
