@@ -24,7 +24,6 @@ from dataclasses import fields, replace
 
 import dagster as dg
 from pydantic import Field
-from pyspark.sql import functions as F
 
 from assets.evaluation_tracking import (
     NO_MODEL_VERSION,
@@ -38,7 +37,6 @@ from assets.evaluation_tracking import (
 from assets.model import TrainingConfig, forward_training_logs
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_stages
-from hir_pipeline.contracts import EVALUATION_METRICS_DDL
 from hir_pipeline.evaluation.baselines import ALSConfig, LightGCNConfig
 from hir_pipeline.evaluation.gate import promotion_gate
 from hir_pipeline.evaluation.report import comparison_plot, comparison_table, png_markdown
@@ -46,8 +44,8 @@ from hir_pipeline.evaluation.runner import BASELINES, EvaluationSettings
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.settings import state_dir
 from resources import GraphSettingsResource, LakeResource, MLflowResource, SourceResource, SparkResource
-from spark_jobs.delta_io import latest_version, read_table, replace_run_date, table_exists
-from spark_jobs.evaluation import evaluate_run
+from spark_jobs.delta_io import MissingInput, latest_version
+from spark_jobs.evaluation import evaluate_run, read_evaluation_inputs, write_evaluation_metrics
 from spark_jobs.evaluation_data import DEFAULT_STAGE_WEIGHTS
 from spark_jobs.evaluation_split import COLD, WARM, SplitConfig
 
@@ -168,14 +166,10 @@ def evaluation_report(
     context.log.info(f"Evaluating {day} for model version {model_version} ({train_cfg.published_encoder} "
                      f"published); HIR settings from {cfg_source}")
 
-    bronze = {t: read_table(session, lake.path(t)) for t in ("entities", "relations", "events")}
-    content = None
-    if table_exists(session, lake.path("content_embeddings")):
-        content = read_table(session, lake.path("content_embeddings"))
-        if "run_date" in content.columns:
-            content = content.where(F.col("run_date") == F.lit(day))
-    elif config.require_content:
-        raise dg.Failure(f"content_embeddings does not exist: materialize it for {day} first")
+    try:
+        bronze, content = read_evaluation_inputs(session, lake.path, day, config.require_content)
+    except MissingInput as exc:
+        raise dg.Failure(str(exc)) from exc
     truth = source.ground_truth(session)
 
     if config.training.torch_threads:  # oversubscribed cores slow sparse/attention kernels by 10x or more
@@ -194,9 +188,7 @@ def evaluation_report(
 
     rows = outcome.rows
     path = lake.path("evaluation_metrics")
-    frame = session.createDataFrame([(model_version, day, m, s, name, float(v)) for m, s, name, v in rows],
-                                    EVALUATION_METRICS_DDL)
-    replace_run_date(frame, path, day)
+    write_evaluation_metrics(session, path, day, model_version, rows)
     table_md = comparison_table(rows, config.k, note=outcome.split.note)
     plot = comparison_plot(rows, config.k)
     details = {**outcome.details, "data": outcome.data_summary, "seconds": outcome.seconds,

@@ -3,7 +3,8 @@
 :func:`evaluate_run` is what the ``evaluation_report`` asset (and ``hir evaluate``) call. It rebuilds the graph
 and its views from the *training* events only (cold items keep their entity and catalogue relations but no
 activity edge), trains HIR on it with the given (production) settings, and scores HIR and the baselines on the
-same held-out targets.
+same held-out targets. :func:`read_evaluation_inputs` reads what it needs from the lake and
+:func:`write_evaluation_metrics` replaces the run date's rows of ``evaluation_metrics``.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
+from hir_pipeline.contracts import EVALUATION_METRICS_DDL
 from hir_pipeline.evaluation.data import EvalData
 from hir_pipeline.evaluation.runner import (
     EvaluationSettings,
@@ -30,12 +33,17 @@ from hir_pipeline.evaluation.runner import (
 from hir_pipeline.evaluation.scoring import EmbeddingScorer
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.timing import Stages
+from spark_jobs.delta_io import MissingInput, read_table, replace_run_date, table_exists
 from spark_jobs.evaluation_data import DEFAULT_STAGE_WEIGHTS, collect_content, collect_eval_data
 from spark_jobs.evaluation_split import EvaluationSplit, SplitConfig, split_events
 from spark_jobs.graph import GraphConfig, build_edges, build_nodes, build_views
 from spark_jobs.model_inputs import load_model_inputs
 
 log = logging.getLogger(__name__)
+
+#: The bronze tables the split and the training graph are drawn from.
+BRONZE_TABLES = ("entities", "relations", "events")
+CONTENT_TABLE = "content_embeddings"
 
 
 @dataclass
@@ -198,3 +206,47 @@ def evaluate_run(
         if getattr(s, "losses", None):
             details[f"{s.name}_final_loss"] = s.losses[-1]
     return EvaluationOutcome(rows, split, summary, seconds, fit.final_metrics, details)
+
+
+def read_evaluation_inputs(spark: SparkSession, path: Callable[[str], str], day: dt.date,
+                           require_content: bool = False) -> tuple[dict[str, DataFrame], DataFrame | None]:
+    """The bronze tables and the content snapshot an evaluation of ``day`` reads.
+
+    Args:
+        spark: the session.
+        path: table name -> Delta path (``LakeResource.path``).
+        day: the run date (a content table with a ``run_date`` column is filtered to it; one without is the
+            current snapshot, read whole).
+        require_content: a missing ``content_embeddings`` table is an error (else the content is ``None``).
+
+    Returns:
+        ``({table: rows} for entities, relations and events, content rows or None)``.
+
+    Raises:
+        MissingInput: ``content_embeddings`` does not exist and ``require_content`` is set.
+    """
+    bronze = {t: read_table(spark, path(t)) for t in BRONZE_TABLES}
+    content = None
+    if table_exists(spark, path(CONTENT_TABLE)):
+        content = read_table(spark, path(CONTENT_TABLE))
+        if "run_date" in content.columns:
+            content = content.where(F.col("run_date") == F.lit(day))
+    elif require_content:
+        raise MissingInput(f"{CONTENT_TABLE} does not exist: materialize it for {day} first")
+    return bronze, content
+
+
+def write_evaluation_metrics(spark: SparkSession, path: str, day: dt.date, model_version: str,
+                             rows: Sequence[MetricRow]) -> None:
+    """Replace the ``day`` rows of ``evaluation_metrics`` with ``rows`` (one Delta commit).
+
+    Args:
+        spark: the session.
+        path: the table's path.
+        day: the run date.
+        model_version: the model version the evaluation vouches for.
+        rows: ``(method, split, metric, value)`` rows (:attr:`EvaluationOutcome.rows`).
+    """
+    frame = spark.createDataFrame([(model_version, day, m, s, name, float(v)) for m, s, name, v in rows],
+                                  EVALUATION_METRICS_DDL)
+    replace_run_date(frame, path, day)
