@@ -45,7 +45,12 @@ from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.settings import state_dir
 from resources import GraphSettingsResource, LakeResource, MLflowResource, SourceResource, SparkResource
 from spark_jobs.delta_io import MissingInput, latest_version
-from spark_jobs.evaluation import evaluate_run, read_evaluation_inputs, write_evaluation_metrics
+from spark_jobs.evaluation import (
+    EvaluationRunSettings,
+    evaluate_run,
+    read_evaluation_inputs,
+    write_evaluation_metrics,
+)
 from spark_jobs.evaluation_data import DEFAULT_STAGE_WEIGHTS
 from spark_jobs.evaluation_split import COLD, WARM, SplitConfig
 
@@ -179,12 +184,10 @@ def evaluation_report(
     ckpt = evaluation_checkpoint_dir(day)
     stages = spark_stages(context, session, "evaluation_report")
     with stages("evaluate"), forward_training_logs(context), forward_training_logs(context, "hir_pipeline.evaluation"):
-        outcome = evaluate_run(
-            bronze["entities"], bronze["relations"], bronze["events"], content, day, ckpt,
-            split_config=config.split_config(graph_cfg.funnel), graph_config=graph_cfg, model_config=model_cfg,
-            train_config=train_cfg, engagement_weights=config.training.engagement_weights,
-            settings=config.settings(), stage_weights=config.stage_weights, truth=truth,
-            progress=context.log.info)
+        outcome = evaluate_run(bronze, content, day, ckpt, EvaluationRunSettings(
+            split=config.split_config(graph_cfg.funnel), graph=graph_cfg, model=model_cfg, train=train_cfg,
+            engagement_weights=config.training.engagement_weights, methods=config.settings(),
+            stage_weights=tuple(config.stage_weights)), truth=truth, progress=context.log.info)
 
     rows = outcome.rows
     path = lake.path("evaluation_metrics")

@@ -72,16 +72,12 @@ def sample_settings(path: Path = SAMPLE_CONFIG) -> dict:
 def prepare(lake: str, day: dt.date) -> dict:
     """The evaluation data, HIR inputs and item content of ``day``'s split (Spark)."""
     from resources import SparkResource
-    from spark_jobs.evaluation import prepare_evaluation, read_evaluation_inputs
+    from spark_jobs.evaluation import EvaluationRunSettings, prepare_evaluation, read_evaluation_inputs
     from spark_jobs.evaluation_data import collect_content
-    from spark_jobs.evaluation_split import SplitConfig
-    from spark_jobs.graph import GraphConfig
 
     session = SparkResource().get_session()
     bronze, content = read_evaluation_inputs(session, lambda t: f"{lake}/{t}", day, require_content=True)
-    split_cfg = SplitConfig()
-    split, data, inputs = prepare_evaluation(bronze["entities"], bronze["relations"], bronze["events"], content,
-                                             day, split_cfg, GraphConfig(funnel=split_cfg.funnel))
+    split, data, inputs = prepare_evaluation(bronze, content, day, EvaluationRunSettings())
     return {"data": data, "inputs": inputs, "item_content": collect_content(content, data.item_ids),
             "note": split.note}
 

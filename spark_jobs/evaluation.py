@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,34 @@ log = logging.getLogger(__name__)
 #: The bronze tables the split and the training graph are drawn from.
 BRONZE_TABLES = ("entities", "relations", "events")
 CONTENT_TABLE = "content_embeddings"
+
+
+@dataclass(frozen=True)
+class EvaluationRunSettings:
+    """How one evaluation run is configured; every part defaults to the production defaults.
+
+    Attributes:
+        split: the split (hold-out share, cold share, target stage, seed).
+        graph: graph settings of the training graph (None: the defaults over the split's funnel).
+        model: HIR model settings.
+        train: HIR training settings.
+        engagement_weights: engagement weight per funnel stage of HIR's InfoNCE (None: the
+            ``load_model_inputs`` default).
+        methods: ranking cut-off and baselines.
+        stage_weights: weight of one event per stage in the baselines' training matrix.
+    """
+
+    split: SplitConfig = field(default_factory=SplitConfig)
+    graph: GraphConfig | None = None
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    engagement_weights: Sequence[float] | None = None
+    methods: EvaluationSettings = field(default_factory=EvaluationSettings)
+    stage_weights: Sequence[float] = DEFAULT_STAGE_WEIGHTS
+
+    def graph_config(self) -> GraphConfig:
+        """The training graph's settings."""
+        return self.graph or GraphConfig(funnel=self.split.funnel)
 
 
 @dataclass
@@ -91,110 +119,78 @@ def _summary(data: EvalData) -> dict[str, Any]:
     }
 
 
-def _untimed(name: str, fn: Callable[[], Any]) -> Any:
-    return fn()
-
-
 def prepare_evaluation(
-    entities: DataFrame,
-    relations: DataFrame,
-    events: DataFrame,
+    bronze: Mapping[str, DataFrame],
     content: DataFrame | None,
     run_date: dt.date,
-    split_config: SplitConfig,
-    graph_config: GraphConfig,
-    engagement_weights: Sequence[float] | None = None,
-    stage_weights: Sequence[float] = DEFAULT_STAGE_WEIGHTS,
-    timed: Callable[[str, Callable[[], Any]], Any] = _untimed,
+    settings: EvaluationRunSettings,
+    stages: Stages | None = None,
     say: Callable[[str], None] = log.info,
 ) -> tuple[EvaluationSplit, EvalData, Any]:
     """The split, its evaluation data and HIR's training inputs (graph and views of the training events only).
 
     Args:
-        entities, relations, events, content, run_date: as in :func:`evaluate_run`.
-        split_config: the split.
-        graph_config: graph settings of the training graph.
-        engagement_weights: engagement weight per funnel stage of HIR's InfoNCE.
-        stage_weights: weight of one event per stage in the baselines' training matrix.
-        timed: ``timed(step_name, fn)`` runs a step (and may time and report it).
+        bronze, content, run_date: as in :func:`evaluate_run`.
+        settings: the split, the training graph, HIR's engagement weights and the baselines' stage weights.
+        stages: times each step (None: untimed).
         say: called with one line per fact worth reporting.
 
     Returns:
         ``(split, data, inputs)``; ``inputs`` is a :class:`hir_pipeline.training.inputs.ModelInputs`.
     """
-    split = timed("split", lambda: split_events(events, run_date, split_config))
+    stages = stages or Stages()
+    events, graph_config = bronze["events"], settings.graph_config()
+    split = stages.run("split", lambda: split_events(events, run_date, settings.split))
     split.train_events = split.train_events.localCheckpoint()
     say(f"evaluation split: {split.note}")
-    data = timed("collect_pairs", lambda: collect_eval_data(split, events, run_date, graph_config.funnel,
-                                                            stage_weights))
+    data = stages.run("collect_pairs", lambda: collect_eval_data(split, events, run_date, graph_config.funnel,
+                                                                 settings.stage_weights))
     say(f"evaluation data: {_summary(data)}")
-    nodes, edges, views = timed("train_graph", lambda: build_split_graph(
-        entities, relations, split.train_events, run_date, graph_config))
-    inputs = timed("model_inputs", lambda: load_model_inputs(
-        nodes, views, content, edges, funnel=graph_config.funnel, engagement_weights=engagement_weights,
+    nodes, edges, views = stages.run("train_graph", lambda: build_split_graph(
+        bronze["entities"], bronze["relations"], split.train_events, run_date, graph_config))
+    inputs = stages.run("model_inputs", lambda: load_model_inputs(
+        nodes, views, content, edges, funnel=graph_config.funnel, engagement_weights=settings.engagement_weights,
         provenance={"purpose": "evaluation", "run_date": str(run_date)}))
     return split, data, inputs
 
 
 def evaluate_run(
-    entities: DataFrame,
-    relations: DataFrame,
-    events: DataFrame,
+    bronze: Mapping[str, DataFrame],
     content: DataFrame | None,
     run_date: dt.date,
     checkpoint_dir: str | Path,
+    settings: EvaluationRunSettings | None = None,
     *,
-    split_config: SplitConfig | None = None,
-    graph_config: GraphConfig | None = None,
-    model_config: ModelConfig | None = None,
-    train_config: TrainConfig | None = None,
-    engagement_weights: Sequence[float] | None = None,
-    settings: EvaluationSettings | None = None,
-    stage_weights: Sequence[float] = DEFAULT_STAGE_WEIGHTS,
     truth: dict[str, dict[str, int | None]] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> EvaluationOutcome:
     """Split, train HIR on the training part, and evaluate HIR and the baselines on the held-out targets.
 
     Args:
-        entities: bronze entities.
-        relations: bronze relations.
-        events: bronze events.
+        bronze: the bronze ``entities``, ``relations`` and ``events`` (:func:`read_evaluation_inputs`).
         content: the ``content_embeddings`` snapshot (fused ``embedding`` column), or ``None``.
         run_date: the run date.
         checkpoint_dir: folder of the evaluation model's epoch checkpoints (a re-run resumes from them).
-        split_config: the split (hold-out share, cold share, target stage, seed).
-        graph_config: graph settings for the training graph (production defaults).
-        model_config: HIR model settings (production).
-        train_config: HIR training settings (production).
-        engagement_weights: engagement weight per funnel stage of HIR's InfoNCE (``load_model_inputs`` default
-            when ``None``).
-        settings: cut-off and baselines.
-        stage_weights: weight of one event per stage in the baselines' training matrix.
+        settings: split, training graph, HIR (production settings) and baselines.
         truth: the planted hierarchy (synthetic source) for NMI, or ``None``.
         progress: called with one line per step (e.g. ``context.log.info``).
     """
     say = progress or log.info
-    split_config = split_config or SplitConfig()
-    graph_config = graph_config or GraphConfig(funnel=split_config.funnel)
-    settings = settings or EvaluationSettings()
+    settings = settings or EvaluationRunSettings()
     stages = Stages(say=say, label="evaluation: ")
-    split, data, inputs = prepare_evaluation(
-        entities, relations, events, content, run_date, split_config, graph_config, engagement_weights,
-        stage_weights, stages.run, say)
+    split, data, inputs = prepare_evaluation(bronze, content, run_date, settings, stages, say)
     summary = _summary(data)
 
     from hir_pipeline.training.fit import fit_and_embed
 
-    fit = stages.run("hir_fit", lambda: fit_and_embed(inputs, model_config or ModelConfig(),
-                                                      train_config or TrainConfig(), checkpoint_dir))
+    fit = stages.run("hir_fit", lambda: fit_and_embed(inputs, settings.model, settings.train, checkpoint_dir))
     entity_ids = [str(e) for e in inputs.entity_ids]
     hir = EmbeddingScorer.from_lookup(data, entity_ids, fit.inference.embeddings, "hir")
     item_content = collect_content(content, data.item_ids)
-    scorers = [hir, *make_baselines(settings, item_content)]
-    rows, method_seconds = ranking_rows(scorers, data, settings.k, progress=say)
+    scorers = [hir, *make_baselines(settings.methods, item_content)]
+    rows, method_seconds = ranking_rows(scorers, data, settings.methods.k, progress=say)
     seconds = {**stages.seconds, **{f"method_{m}": s for m, s in method_seconds.items()}}
-    rows += target_ratios(rows, settings.k)
+    rows += target_ratios(rows, settings.methods.k)
     assignments = [np.argmax(p, axis=1) for p in fit.inference.probs]
     rows += clustering_rows(entity_ids, [str(t) for t in inputs.entity_types], assignments,
                             fit.model_cfg.level_sizes, truth)
