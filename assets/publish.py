@@ -6,8 +6,9 @@ kept stable across model versions (:mod:`hir_pipeline.publish.stable_ids`). The 
 (tags ``hir.run_date`` / ``hir.model_version``) gets the published Delta versions, the stability per level
 and two pictures; the registered model version gets the same tags.
 
-Reading, building and writing are :func:`spark_jobs.publish.read_inputs`, ``build_from_inputs`` and
-``write_publication``; this module adds Dagster metadata, pictures and MLflow.
+Reading, building and writing are :func:`spark_jobs.publish.io.read_inputs`,
+:func:`spark_jobs.publish.transform.build_publication` and :func:`spark_jobs.publish.io.write_publication`;
+this module adds Dagster metadata, pictures and MLflow.
 
 Crash safety: each table is replaced in one Delta commit (data files first, then one atomic log entry), so a
 run killed mid-write leaves every table at its previous version. ``node_embeddings`` is written *last* and
@@ -37,7 +38,7 @@ from spark_jobs.publish import (
     MissingInput,
     Publication,
     PublishSettings,
-    build_from_inputs,
+    build_publication,
     read_inputs,
     write_publication,
 )
@@ -224,7 +225,7 @@ def publish_tables(
     context.log.info(f"Publishing run date {day}: {inputs.n_levels} levels, graph_edges of {inputs.edges_date}, "
                      f"matching IDs to the publication of {prev_date or '(none: first publication)'}")
     with stages("stable IDs and labels"):
-        pub = build_from_inputs(session, inputs, day, config.settings())
+        pub = build_publication(session, inputs, day, config.settings())
     with stages("write"):
         written = write_publication(session, pub, lake.path, day, lambda t, v, n: context.log.info(
             f"{t}: {n:,} rows for {day}, Delta version {v}"))

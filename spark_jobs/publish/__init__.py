@@ -11,17 +11,16 @@ from spark_jobs.publish.io import (
     MARKER_TABLE,
     WRITE_ORDER,
     MissingInput,
-    PublishInputs,
-    build_from_inputs,
     last_commit,
     publish,
     read_inputs,
     write_publication,
     write_publication_table,
 )
-from spark_jobs.publish.matching import next_cluster_ids, previous_run_date, stable_mapping
+from spark_jobs.publish.matching import ClusterIds, next_cluster_ids, previous_run_date, stable_mapping
 from spark_jobs.publish.transform import (
     Publication,
+    PublishInputs,
     PublishSettings,
     build_publication,
     cluster_assignments,
@@ -36,11 +35,11 @@ from spark_jobs.publish.transform import (
 __all__ = [
     "MARKER_TABLE",
     "WRITE_ORDER",
+    "ClusterIds",
     "MissingInput",
     "Publication",
     "PublishInputs",
     "PublishSettings",
-    "build_from_inputs",
     "build_publication",
     "cluster_assignments",
     "cluster_labels",

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.delta_io import MissingInput, read_table, replace_run_date, table_exists
 from spark_jobs.publish.matching import next_cluster_ids, previous_run_date
-from spark_jobs.publish.transform import Publication, PublishSettings, build_publication
+from spark_jobs.publish.transform import Publication, PublishInputs, PublishSettings, build_publication
 
 #: Write order: node_embeddings last, it is the commit marker readers resolve a publication by
 #: (``hir_pipeline.query``): a run killed before it leaves the previous publication as the readable one.
@@ -40,35 +39,6 @@ def last_commit(spark: SparkSession, path: str) -> tuple[int, int]:
 
 
 # --- one publish run: read the lake, build, write in order ----------------------------------------
-
-
-@dataclass
-class PublishInputs:
-    """Everything a publication of one run date is built from (lazy DataFrames).
-
-    Attributes:
-        model_outputs: ``model_outputs`` rows of the run date.
-        model_hierarchy: ``model_hierarchy`` rows of the run date.
-        n_levels: levels of the hierarchy.
-        entities: bronze entities (labels).
-        edges: ``graph_edges`` snapshot used for the super-graph.
-        edges_date: run date of that snapshot (the latest on or before the run date).
-        previous_assignments: ``cluster_assignments`` of the previous publication (None: first one).
-        previous_profiles: ``cluster_profiles`` of the previous publication.
-        previous_date: run date of the previous publication.
-        next_ids: per level the first ID never published on an earlier date.
-    """
-
-    model_outputs: DataFrame
-    model_hierarchy: DataFrame
-    n_levels: int
-    entities: DataFrame
-    edges: DataFrame
-    edges_date: dt.date
-    previous_assignments: DataFrame | None
-    previous_profiles: DataFrame | None
-    previous_date: dt.date | None
-    next_ids: list[int]
 
 
 def read_inputs(spark: SparkSession, path: Callable[[str], str], run_date: dt.date) -> PublishInputs:
@@ -111,17 +81,10 @@ def read_inputs(spark: SparkSession, path: Callable[[str], str], run_date: dt.da
         if prev_date is not None:
             prev_a = on(read_table(spark, path("cluster_assignments")), prev_date)
             prev_p = on(profiles, prev_date)
-    return PublishInputs(model["model_outputs"], model["model_hierarchy"], n_levels,
-                         read_table(spark, path("entities")), on(edges, edges_date), edges_date,
-                         prev_a, prev_p, prev_date, next_ids)
-
-
-def build_from_inputs(spark: SparkSession, inputs: PublishInputs, run_date: dt.date,
-                      settings: PublishSettings | None = None) -> Publication:
-    """:func:`build_publication` over :func:`read_inputs`."""
-    return build_publication(spark, inputs.model_outputs, inputs.model_hierarchy, inputs.entities, inputs.edges,
-                             run_date, inputs.previous_assignments, inputs.previous_profiles, inputs.next_ids,
-                             inputs.previous_date, settings)
+    return PublishInputs(model_outputs=model["model_outputs"], model_hierarchy=model["model_hierarchy"],
+                         entities=read_table(spark, path("entities")), edges=on(edges, edges_date),
+                         previous_assignments=prev_a, previous_profiles=prev_p, previous_date=prev_date,
+                         next_ids=next_ids, n_levels=n_levels, edges_date=edges_date)
 
 
 def write_publication(spark: SparkSession, publication: Publication, path: Callable[[str], str], run_date: dt.date,
@@ -150,5 +113,6 @@ def write_publication(spark: SparkSession, publication: Publication, path: Calla
 def publish(spark: SparkSession, path: Callable[[str], str], run_date: dt.date,
             settings: PublishSettings | None = None) -> tuple[Publication, dict[str, tuple[int, int]]]:
     """One publish run without Dagster or MLflow: read, build, write (what the publish asset does first)."""
-    publication = build_from_inputs(spark, read_inputs(spark, path, run_date), run_date, settings)
+    publication = build_publication(spark, read_inputs(spark, path, run_date), run_date, settings)
     return publication, write_publication(spark, publication, path, run_date)
+

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from pyspark.sql import DataFrame, SparkSession
@@ -57,6 +58,19 @@ def next_cluster_ids(profiles: DataFrame | None, run_date: dt.date, n_levels: in
 # --- stable IDs ----------------------------------------------------------------------------------
 
 
+@dataclass
+class ClusterIds:
+    """The published ID of every published model cluster.
+
+    Attributes:
+        table: ``level, model_cluster_id, cluster_id, parent_cluster_id, match`` (one row per published cluster).
+        stable: the decisions: published IDs, parents and stability per level.
+    """
+
+    table: DataFrame
+    stable: StableHierarchy
+
+
 def _level_sizes(new_long: DataFrame) -> list[dict[int, int]]:
     sizes: dict[int, dict[int, int]] = defaultdict(dict)
     for level, cluster, n in new_long.groupBy("level", "model_cluster_id").count().collect():
@@ -72,7 +86,7 @@ def stable_mapping(
     previous_profiles: DataFrame | None,
     next_ids: Sequence[int],
     config: MatchConfig,
-) -> tuple[DataFrame, StableHierarchy]:
+) -> ClusterIds:
     """Decide the published ID and parent of every published model cluster.
 
     Args:
@@ -86,8 +100,7 @@ def stable_mapping(
         config: matching thresholds.
 
     Returns:
-        ``(mapping, stable)``: ``mapping`` has ``level, model_cluster_id, cluster_id, parent_cluster_id,
-        match`` (one row per published cluster).
+        The decisions and their table (the table is persisted: it is joined by every published table).
     """
     hier = hierarchy.select("level", "cluster_id", "parent_cluster_id", "prototype").collect()
     n_levels = max(int(r["level"]) for r in hier) + 1 if hier else 0
@@ -134,7 +147,7 @@ def stable_mapping(
         for lvl, match in enumerate(stable.levels)
         for model_id, published in sorted(match.mapping.items())
     ]
-    return spark.createDataFrame(rows, _MAPPING_DDL), stable
+    return ClusterIds(spark.createDataFrame(rows, _MAPPING_DDL).persist(), stable)
 
 
 def _stack(vectors: Sequence[np.ndarray | None]) -> np.ndarray | None:

@@ -23,7 +23,7 @@ from pyspark.sql.window import Window
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
 from hir_pipeline.publish.labels import MIN_TERM_LENGTH, SPLIT_PATTERN, STOPWORDS, TERM_PATTERN, make_label, tfidf_terms
 from hir_pipeline.publish.stable_ids import MatchConfig, StableHierarchy
-from spark_jobs.publish.matching import stable_mapping
+from spark_jobs.publish.matching import ClusterIds, stable_mapping
 
 #: Column order of each published table (the contract's key columns first, extras after).
 NODE_EMBEDDING_COLUMNS = ("entity_id", "entity_type", "embedding", "has_view", "model_version", "run_date")
@@ -54,6 +54,36 @@ class PublishSettings:
     label_terms: int = 3
     max_terms_per_cluster: int = 200
     supergraph_edge_types: tuple[str, ...] | None = None
+
+
+@dataclass
+class PublishInputs:
+    """Everything a publication of one run date is built from (lazy DataFrames).
+
+    Attributes:
+        model_outputs: ``model_outputs`` rows of the run date.
+        model_hierarchy: ``model_hierarchy`` rows of the run date.
+        entities: bronze entities (``entity_id, title, description``) for the labels.
+        edges: ``graph_edges`` rows to aggregate into the super-graph.
+        previous_assignments: ``cluster_assignments`` of the previous publication (None: first one).
+        previous_profiles: ``cluster_profiles`` of the previous publication.
+        previous_date: run date of the previous publication (reported only).
+        next_ids: per level the first ID never published on an earlier date
+            (:func:`spark_jobs.publish.matching.next_cluster_ids`); missing levels start at 0.
+        n_levels: levels of the hierarchy (reported only; set by :func:`spark_jobs.publish.io.read_inputs`).
+        edges_date: run date of the ``graph_edges`` snapshot (reported only; the latest on or before the run date).
+    """
+
+    model_outputs: DataFrame
+    model_hierarchy: DataFrame
+    entities: DataFrame
+    edges: DataFrame
+    previous_assignments: DataFrame | None = None
+    previous_profiles: DataFrame | None = None
+    previous_date: dt.date | None = None
+    next_ids: Sequence[int] = ()
+    n_levels: int | None = None
+    edges_date: dt.date | None = None
 
 
 @dataclass
@@ -107,7 +137,14 @@ def node_embeddings(model_outputs: DataFrame, run_date: dt.date) -> DataFrame:
 
 
 def cluster_assignments(new_long: DataFrame, mapping: DataFrame, model_version: str, run_date: dt.date) -> DataFrame:
-    """``cluster_assignments``: every entity at every level, with its published cluster and confidence."""
+    """``cluster_assignments``: every entity at every level, with its published cluster and confidence.
+
+    Args:
+        new_long: :func:`long_assignments` of the model outputs.
+        mapping: :attr:`ClusterIds.table` (model cluster -> published ID).
+        model_version: written on every row.
+        run_date: written on every row.
+    """
     ids = F.broadcast(mapping.select("level", "model_cluster_id", "cluster_id"))
     return new_long.join(ids, ["level", "model_cluster_id"]).select(
         "entity_id", "entity_type", "level", "cluster_id", "confidence",
@@ -200,8 +237,7 @@ def cluster_labels(
 def cluster_profiles(
     spark: SparkSession,
     assignments: DataFrame,
-    mapping: DataFrame,
-    stable: StableHierarchy,
+    ids: ClusterIds,
     hierarchy: DataFrame,
     entities: DataFrame,
     model_version: str,
@@ -215,15 +251,15 @@ def cluster_profiles(
     Args:
         spark: session for the small label table.
         assignments: :func:`cluster_assignments` (published IDs).
-        mapping: :func:`stable_mapping`'s table (model cluster -> published ID, parent, match).
-        stable: :func:`stable_mapping`'s decisions (which clusters are published).
+        ids: :func:`stable_mapping`'s decisions (which clusters are published) and their table (model cluster
+            -> published ID, parent, match).
         hierarchy: ``model_hierarchy`` rows (prototypes, by model cluster).
         entities: ``entity_id, title, description`` for the labels.
         model_version: written on every row.
         run_date: written on every row.
         settings: label and top-member settings.
     """
-    published = [sorted(level.mapping.values()) for level in stable.levels]
+    published = [sorted(level.mapping.values()) for level in ids.stable.levels]
     labels = cluster_labels(assignments, entities, [len(ids) for ids in published], settings.label_terms,
                             settings.max_terms_per_cluster)
     keys = [(lvl, cid) for lvl, ids in enumerate(published) for cid in ids]
@@ -244,7 +280,7 @@ def cluster_profiles(
     protos = hierarchy.select("level", F.col("cluster_id").alias("model_cluster_id"),
                               F.col("prototype").cast("array<float>").alias("prototype"))
     return (
-        F.broadcast(mapping).join(protos, ["level", "model_cluster_id"], "left")
+        F.broadcast(ids.table).join(protos, ["level", "model_cluster_id"], "left")
         .join(label_df, ["level", "cluster_id"], "left")
         .join(by_type, ["level", "cluster_id"], "left")
         .join(top, ["level", "cluster_id"], "left")
@@ -260,52 +296,35 @@ def cluster_profiles(
     )
 
 
-def build_publication(
-    spark: SparkSession,
-    model_outputs: DataFrame,
-    model_hierarchy: DataFrame,
-    entities: DataFrame,
-    edges: DataFrame,
-    run_date: dt.date,
-    previous_assignments: DataFrame | None = None,
-    previous_profiles: DataFrame | None = None,
-    next_ids: Sequence[int] | None = None,
-    previous_date: dt.date | None = None,
-    settings: PublishSettings | None = None,
-) -> Publication:
+def build_publication(spark: SparkSession, inputs: PublishInputs, run_date: dt.date,
+                      settings: PublishSettings | None = None) -> Publication:
     """The four published tables of ``run_date``.
 
     Args:
         spark: the session.
-        model_outputs: ``model_outputs`` rows of the run date.
-        model_hierarchy: ``model_hierarchy`` rows of the run date.
-        entities: bronze entities (``entity_id, title, description``) for the labels.
-        edges: ``graph_edges`` rows to aggregate into the super-graph.
+        inputs: the model's tables of the run date, the entities, the edges and the previous publication
+            (:func:`spark_jobs.publish.io.read_inputs` reads them from the lake).
         run_date: written on every row.
-        previous_assignments: ``cluster_assignments`` of the previous publication (None: first version).
-        previous_profiles: ``cluster_profiles`` of the previous publication.
-        next_ids: per level, the first never-published ID (:func:`next_cluster_ids`).
-        previous_date: run date of the previous publication (reported only).
         settings: see :class:`PublishSettings`.
 
     The returned DataFrames depend on a persisted long form of ``model_outputs``; call
     ``publication.tables[...].sparkSession.catalog.clearCache()`` or let the session end to free it.
     """
     settings = settings or PublishSettings()
-    version = model_version_of(model_outputs)
-    new_long = long_assignments(model_outputs).persist()
-    hierarchy = model_hierarchy.select("level", "cluster_id", "parent_cluster_id", "prototype")
-    # next_ids shorter than the hierarchy (or None) means 0 for the missing levels (stabilize pads)
-    mapping, stable = stable_mapping(spark, new_long, hierarchy, previous_assignments, previous_profiles,
-                                     list(next_ids or []), settings.match)
-    mapping = mapping.persist()
-    assignments = cluster_assignments(new_long, mapping, version, run_date)
+    version = model_version_of(inputs.model_outputs)
+    new_long = long_assignments(inputs.model_outputs).persist()
+    hierarchy = inputs.model_hierarchy.select("level", "cluster_id", "parent_cluster_id", "prototype")
+    # next_ids shorter than the hierarchy means 0 for the missing levels (stabilize pads)
+    ids = stable_mapping(spark, new_long, hierarchy, inputs.previous_assignments, inputs.previous_profiles,
+                         list(inputs.next_ids), settings.match)
+    assignments = cluster_assignments(new_long, ids.table, version, run_date)
     tables = {
-        "node_embeddings": node_embeddings(model_outputs, run_date),
+        "node_embeddings": node_embeddings(inputs.model_outputs, run_date),
         "cluster_assignments": assignments,
-        "interest_supergraph": interest_supergraph(edges, assignments, version, run_date,
+        "interest_supergraph": interest_supergraph(inputs.edges, assignments, version, run_date,
                                                    settings.supergraph_edge_types),
-        "cluster_profiles": cluster_profiles(spark, assignments, mapping, stable, hierarchy, entities, version,
+        "cluster_profiles": cluster_profiles(spark, assignments, ids, hierarchy, inputs.entities, version,
                                              run_date, settings),
     }
-    return Publication(tables=tables, stable=stable, model_version=version, previous_run_date=previous_date)
+    return Publication(tables=tables, stable=ids.stable, model_version=version,
+                       previous_run_date=inputs.previous_date)
