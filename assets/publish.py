@@ -25,14 +25,12 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_stages
 from hir_pipeline.publish.pictures import ClusterNode, embedding_map_png, hierarchy_sunburst_png
 from hir_pipeline.publish.stable_ids import MatchConfig
 from resources import LakeResource, MLflowResource, SparkResource
-from spark_jobs.delta_io import read_table
 from spark_jobs.publish import (
     WRITE_ORDER,
     MissingInput,
@@ -40,6 +38,7 @@ from spark_jobs.publish import (
     PublishSettings,
     build_publication,
     read_inputs,
+    read_picture_data,
     write_publication,
 )
 
@@ -94,16 +93,8 @@ class PublishConfig(dg.Config):
 
 def _pictures(session: SparkSession, lake: LakeResource, day: dt.date, config: PublishConfig) -> dict[str, bytes]:
     """The hierarchy sunburst and the 2-D embedding map, drawn from the tables just written."""
-    profiles = read_table(session, lake.path("cluster_profiles")).where(F.col("run_date") == F.lit(day)) \
-        .select("level", "cluster_id", "parent_cluster_id", "size", "label").collect()
+    profiles, sample = read_picture_data(session, lake.path, day, config.map_points)
     nodes = [ClusterNode(r.level, r.cluster_id, r.parent_cluster_id, r.size, r.label) for r in profiles]
-    coarse = read_table(session, lake.path("cluster_assignments")) \
-        .where((F.col("run_date") == F.lit(day)) & (F.col("level") == 0)).select("entity_id", "cluster_id")
-    sample = (
-        read_table(session, lake.path("node_embeddings")).where(F.col("run_date") == F.lit(day))
-        .select("entity_id", "embedding").join(coarse, "entity_id")
-        .orderBy(F.xxhash64("entity_id"), "entity_id").limit(config.map_points).collect()
-    )
     labels = {n.cluster_id: n.label for n in nodes if n.level == 0}
     pictures = {"cluster_hierarchy.png": hierarchy_sunburst_png(nodes, f"Interest hierarchy, {day}",
                                                                 dpi=config.picture_dpi)}

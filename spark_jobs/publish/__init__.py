@@ -14,6 +14,7 @@ from spark_jobs.publish.io import (
     last_commit,
     publish,
     read_inputs,
+    read_picture_data,
     write_publication,
     write_publication_table,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "previous_run_date",
     "publish",
     "read_inputs",
+    "read_picture_data",
     "stable_mapping",
     "write_publication",
     "write_publication_table",

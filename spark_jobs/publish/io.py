@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.delta_io import MissingInput, read_table, replace_run_date, table_exists
+from spark_jobs.delta_io import MissingInput, read_run_date, read_table, replace_run_date, table_exists
 from spark_jobs.publish.matching import next_cluster_ids, previous_run_date
 from spark_jobs.publish.transform import Publication, PublishInputs, PublishSettings, build_publication
 
@@ -116,3 +116,27 @@ def publish(spark: SparkSession, path: Callable[[str], str], run_date: dt.date,
     publication = build_publication(spark, read_inputs(spark, path, run_date), run_date, settings)
     return publication, write_publication(spark, publication, path, run_date)
 
+
+def read_picture_data(spark: SparkSession, path: Callable[[str], str], run_date: dt.date, map_points: int
+                      ) -> tuple[list, list]:
+    """What the publication's pictures are drawn from, read back from the tables just written.
+
+    Args:
+        spark: the session.
+        path: table name -> Delta path.
+        run_date: the publication's run date.
+        map_points: most embeddings sampled for the 2-D map (a deterministic hash sample).
+
+    Returns:
+        ``(profiles, sample)``: ``cluster_profiles`` rows (``level, cluster_id, parent_cluster_id, size, label``)
+        and up to ``map_points`` rows ``entity_id, embedding, cluster_id`` (coarsest-level cluster).
+    """
+    profiles = read_run_date(spark, path("cluster_profiles"), run_date) \
+        .select("level", "cluster_id", "parent_cluster_id", "size", "label").collect()
+    coarse = read_run_date(spark, path("cluster_assignments"), run_date).where(F.col("level") == 0) \
+        .select("entity_id", "cluster_id")
+    sample = (
+        read_run_date(spark, path("node_embeddings"), run_date).select("entity_id", "embedding")
+        .join(coarse, "entity_id").orderBy(F.xxhash64("entity_id"), "entity_id").limit(map_points).collect()
+    )
+    return profiles, sample
