@@ -27,7 +27,7 @@ from hir_pipeline.embedding.config import EFFICIENTNET_LITE0, EmbeddingConfig, F
 from hir_pipeline.embedding.content_hash import model_identifier
 from resources import LakeResource, SparkResource
 from spark_jobs.content_embeddings import embed_content
-from spark_jobs.delta_io import latest_version, read_table, table_exists
+from spark_jobs.delta_io import latest_version, read_table, replace_table, table_exists
 
 GROUP = "knowledge"
 CHECK_QUALITY = "content_embeddings_valid"
@@ -171,10 +171,8 @@ def content_embeddings(
     embed_s = stages.seconds["embed"]
     embedded = counts["new"] + counts["changed"]
     context.log.info(f"content_embeddings: {counts} in {embed_s:.1f}s; writing the snapshot")
-    with stages("write"):
-        # Overwriting the table this snapshot's reused rows are read from is safe: Delta reads the version it
-        # planned against, and the overwrite only marks those files removed.
-        snapshot.write.format("delta").mode("overwrite").save(path)
+    with stages("write"):  # reused rows are read from the table being replaced: safe, see replace_table
+        replace_table(snapshot, path)
     write_s = stages.seconds["write"]
     snapshot.unpersist()
 

@@ -3,6 +3,7 @@
 * :func:`replace_run_date` — re-running a date replaces that date's rows, never duplicates them; the commit
   records the run date (:func:`run_date_metadata` finds it), so a date written empty is told apart from one never
   written. :func:`replace_where` is the general form (any predicate, e.g. the ingestion's event window).
+* :func:`replace_table` — a table holding one current snapshot is replaced whole.
 * :func:`upsert` — catalog tables (entities, relations) are merged by key, so a nightly source that
   holds only part of the catalog adds to it instead of erasing it.
 Every write is one Delta commit: a run killed mid-write leaves the previous version readable.
@@ -67,6 +68,15 @@ def replace_where(
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.save(path)
+
+
+def replace_table(df: DataFrame, path: str) -> None:
+    """Atomically replace the whole table at ``path`` with ``df``; earlier versions stay readable (time travel).
+
+    ``df`` may be computed from the table it replaces: Delta reads the version it planned against, and the
+    overwrite only marks that version's files removed.
+    """
+    df.write.format("delta").mode("overwrite").save(path)
 
 
 def replace_run_date(

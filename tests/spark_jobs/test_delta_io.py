@@ -11,6 +11,7 @@ from spark_jobs.delta_io import (
     read_run_date,
     read_table,
     replace_run_date,
+    replace_table,
     replace_where,
     run_date_metadata,
     upsert,
@@ -57,6 +58,16 @@ def test_replace_run_date_replaces_one_date_and_records_it(spark, tmp_path):
     assert run_date_metadata(spark, path, day2) == {"run_date": "2024-01-02", "settings": "a"}
     assert run_date_metadata(spark, path, never) is None
     assert read_table(spark, path).count() == 1  # day2's row, untouched by day1's rewrites
+
+
+def test_replace_table_from_itself_keeps_the_old_version(spark, tmp_path):
+    path = str(tmp_path / "current")
+    replace_table(spark.createDataFrame([(1, "a"), (2, "b")], "id int, v string"), path)
+    current = read_table(spark, path)
+    # the new snapshot reuses rows of the table it replaces (as content_embeddings does)
+    replace_table(current.where("id = 2").unionByName(spark.createDataFrame([(3, "c")], "id int, v string")), path)
+    assert sorted(r.id for r in read_table(spark, path).collect()) == [2, 3]
+    assert sorted(r.id for r in read_table(spark, path, version=0).collect()) == [1, 2]
 
 
 def test_upsert_updates_and_inserts(spark, tmp_path):
