@@ -46,6 +46,7 @@ from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.settings import state_dir
 from resources import LakeResource, MLflowResource, SparkResource
 from spark_jobs.delta_io import MissingInput
+from spark_jobs.graph import GraphSnapshot
 from spark_jobs.model_inputs import CONTENT_TABLE, GRAPH_TABLES, load_model_inputs, read_model_tables
 from spark_jobs.model_outputs import model_hierarchy_frame, model_outputs_frame, write_model_outputs
 
@@ -230,9 +231,9 @@ def interest_model(
         versions = {table: version for table, (_, _, version) in frames.items()}
         context.log.info(f"Reading inputs of {day} at Delta versions {versions}")
         content = frames.get(CONTENT_TABLE, (None,))[0]
+        graph = GraphSnapshot(day, frames["graph_nodes"][0], frames["graph_edges"][0], frames["graph_views"][0])
         inputs = load_model_inputs(
-            frames["graph_nodes"][0], frames["graph_views"][0], content, frames["graph_edges"][0],
-            funnel=config.funnel, engagement_weights=config.engagement_weights,
+            graph, content, funnel=config.funnel, engagement_weights=config.engagement_weights,
             provenance={"delta_versions": versions}, progress=context.log.info,
         )
     collect_s = stages.seconds["collect inputs"]

@@ -36,7 +36,7 @@ from hir_pipeline.timing import Stages
 from spark_jobs.delta_io import MissingInput, read_table, replace_run_date, table_exists
 from spark_jobs.evaluation_data import DEFAULT_STAGE_WEIGHTS, collect_content, collect_eval_data
 from spark_jobs.evaluation_split import EvaluationSplit, SplitConfig, split_events
-from spark_jobs.graph import GraphConfig, build_edges, build_nodes, build_views
+from spark_jobs.graph import GraphConfig, GraphSnapshot, build_edges, build_nodes, build_views
 from spark_jobs.model_inputs import load_model_inputs
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,8 @@ def prepare_evaluation(
     nodes, edges, views = stages.run("train_graph", lambda: build_split_graph(
         bronze["entities"], bronze["relations"], split.train_events, run_date, graph_config))
     inputs = stages.run("model_inputs", lambda: load_model_inputs(
-        nodes, views, content, edges, funnel=graph_config.funnel, engagement_weights=settings.engagement_weights,
+        GraphSnapshot(run_date, nodes, edges, views), content, funnel=graph_config.funnel,
+        engagement_weights=settings.engagement_weights,
         provenance={"purpose": "evaluation", "run_date": str(run_date)}))
     return split, data, inputs
 

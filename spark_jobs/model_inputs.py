@@ -41,6 +41,7 @@ from hir_pipeline.contracts import DEFAULT_FUNNEL, VIEW_BROAD, VIEW_NARROW
 from hir_pipeline.timing import Stages
 from hir_pipeline.training.inputs import ModelInputs, engagement_arrays, views_from_flat
 from spark_jobs.delta_io import MissingInput, latest_version, read_table
+from spark_jobs.graph.views import GraphSnapshot
 
 #: The graph tables a model is trained on (one snapshot per run date).
 GRAPH_TABLES = ("graph_nodes", "graph_edges", "graph_views")
@@ -199,10 +200,8 @@ def collect_engagement(edges_df: DataFrame, funnel: Sequence[str], stage_weights
 
 
 def load_model_inputs(
-    nodes_df: DataFrame,
-    views_df: DataFrame,
+    graph: GraphSnapshot,
     content_df: DataFrame | None,
-    edges_df: DataFrame,
     *,
     funnel: Sequence[str] = DEFAULT_FUNNEL,
     engagement_weights: Sequence[float] | None = None,
@@ -213,10 +212,9 @@ def load_model_inputs(
     """Collect one graph (all frames of the same run date) into :class:`ModelInputs`.
 
     Args:
-        nodes_df: ``graph_nodes`` rows (``node_idx`` dense ``0..N-1``).
-        views_df: ``graph_views`` rows over the same node index (broad and narrow views).
+        graph: the run date's ``graph_nodes`` (``node_idx`` dense ``0..N-1``), ``graph_edges`` (the engagement
+            pairs) and ``graph_views`` rows over the same node index (broad and narrow views).
         content_df: ``content_embeddings`` rows (one per entity, matched by ``entity_id``), or ``None``.
-        edges_df: ``graph_edges`` rows (the engagement pairs).
         funnel: event types, shallow to deep (``GraphConfig.funnel``): which edge types are activity.
         engagement_weights: weight of an engaged pair per funnel stage, aligned with ``funnel``; default
             :func:`default_engagement_weights`.
@@ -225,6 +223,9 @@ def load_model_inputs(
         progress: called with one line per collected part (nodes, views, content, engagement pairs), e.g.
             ``context.log.info``.
     """
+    if graph.views is None:
+        raise ValueError(f"the graph of {graph.run_date} has no views: the model trains on views")
+    nodes_df, edges_df, views_df = graph.nodes, graph.edges, graph.views
     funnel = tuple(funnel)
     weights = default_engagement_weights(funnel) if engagement_weights is None else tuple(engagement_weights)
     stages = Stages()
