@@ -20,12 +20,10 @@ and, when they are within ``gate_tolerance``, moves the MLflow alias ``champion`
 
 import datetime as dt
 import shutil
-import time
 from dataclasses import fields, replace
 
 import dagster as dg
 from pydantic import Field
-from pyspark.sql import functions as F
 
 from assets.evaluation_tracking import (
     NO_MODEL_VERSION,
@@ -38,7 +36,7 @@ from assets.evaluation_tracking import (
 )
 from assets.model import forward_training_logs
 from assets.partitions import daily_partitions, run_date
-from hir_pipeline.contracts import EVALUATION_METRICS_DDL
+from assets.progress import spark_stages
 from hir_pipeline.evaluation.gate import promotion_gate
 from hir_pipeline.evaluation.report import comparison_plot, comparison_table, png_markdown
 from hir_pipeline.evaluation.runner import EvaluationSettings
@@ -53,9 +51,13 @@ from resources import (
     SparkResource,
 )
 from resources.config_schema import config_class, section
-from spark_jobs.delta_io import latest_version, read_table, replace_where, table_exists
-from spark_jobs.evaluation import EvaluationJobConfig, evaluate_run
-from spark_jobs.evaluation_data import read_ground_truth
+from spark_jobs.delta_io import MissingInput, latest_version
+from spark_jobs.evaluation import (
+    EvaluationJobConfig,
+    evaluate_run,
+    read_evaluation_inputs,
+    write_evaluation_metrics,
+)
 from spark_jobs.evaluation_split import COLD, WARM, SplitConfig
 from spark_jobs.graph import GraphConfig
 
@@ -164,35 +166,28 @@ def evaluation_report(
     context.log.info(f"Evaluating {day} for model version {model_version} ({train_cfg.published_encoder} "
                      f"published); HIR settings from {cfg_source}")
 
-    bronze = {t: read_table(session, lake.path(t)) for t in ("entities", "relations", "events")}
-    content = None
-    if table_exists(session, lake.path("content_embeddings")):
-        content = read_table(session, lake.path("content_embeddings"))
-        if "run_date" in content.columns:
-            content = content.where(F.col("run_date") == F.lit(day))
-    elif config.require_content:
-        raise dg.Failure(f"content_embeddings does not exist: materialize it for {day} first")
-    truth = read_ground_truth(session, source.prepare(session)) if source.name != "movielens" else None
+    try:
+        bronze, content = read_evaluation_inputs(session, lake.path, day, config.require_content)
+    except MissingInput as exc:
+        raise dg.Failure(str(exc)) from exc
+    truth = source.ground_truth(session)
 
     if config.torch_threads:  # oversubscribed cores slow sparse and attention kernels down a lot
         import torch
 
         torch.set_num_threads(config.torch_threads)
     ckpt = evaluation_checkpoint_dir(day)
-    t0 = time.perf_counter()
-    with forward_training_logs(context), forward_training_logs(context, "hir_pipeline.evaluation"):
+    stages = spark_stages(context, session, "evaluation_report")
+    with stages("evaluate"), forward_training_logs(context), forward_training_logs(context, "hir_pipeline.evaluation"):
         outcome = evaluate_run(
-            bronze["entities"], bronze["relations"], bronze["events"], content, day, ckpt,
+            bronze, content, day, ckpt,
             EvaluationJobConfig(split=split_cfg, graph=graph_cfg, model=model_cfg, train=train_cfg,
                                 evaluation=config.to_dataclass()),
             truth=truth, progress=context.log.info)
-    total_s = time.perf_counter() - t0
 
     rows = outcome.rows
     path = lake.path("evaluation_metrics")
-    frame = session.createDataFrame([(model_version, day, m, s, name, float(v)) for m, s, name, v in rows],
-                                    EVALUATION_METRICS_DDL)
-    replace_where(frame, path, f"run_date = '{day}'", ["run_date"])
+    write_evaluation_metrics(session, path, day, model_version, rows)
     table_md = comparison_table(rows, config.k, note=outcome.split.note)
     plot = comparison_plot(rows, config.k)
     details = {**outcome.details, "data": outcome.data_summary, "seconds": outcome.seconds,
@@ -222,7 +217,7 @@ def evaluation_report(
         "details": dg.MetadataValue.json({k: v for k, v in details.items() if k != "data"}),
         "mlflow_run_id": run.info.run_id,
         "mlflow_metrics_logged": n_logged,
-        "evaluation_seconds": round(total_s, 1),
+        "evaluation_seconds": round(stages.seconds["evaluate"], 1),
         "delta_version": latest_version(session, path),
         "path": dg.MetadataValue.path(path),
     })

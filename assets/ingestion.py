@@ -15,7 +15,6 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from assets.bronze_suites import bronze_suites
 from assets.partitions import daily_partitions, run_date
@@ -25,7 +24,7 @@ from hir_pipeline.contracts import EVENT_DATE_COLUMN
 from resources import GraphSettingsResource, LakeResource, SourceResource, SparkResource
 from resources.config_schema import config_class
 from spark_jobs import ingest
-from spark_jobs.delta_io import latest_version, read_table, replace_where, upsert
+from spark_jobs.delta_io import latest_version, read_table, replace_run_date, replace_where, upsert
 from spark_jobs.source_reader import read_source
 
 GROUP = "ingestion"
@@ -43,23 +42,6 @@ class IngestionConfig(config_class(ingest.IngestConfig, name="IngestFields")):
                                           "nightly increment); `all` reads every event up to the partition date "
                                           "(a backfill; `hir materialize` without `--partition` uses it).")
     progress_every_s: float = Field(10.0, description="Interval of the Spark progress lines in the run log.")
-
-
-def event_window(config: IngestionConfig, day: dt.date) -> ingest.EventWindow:
-    return ingest.EventWindow.day(day) if config.window == "day" else ingest.EventWindow(end=day)
-
-
-def window_predicate(window: ingest.EventWindow) -> str:
-    """Delta ``replaceWhere`` predicate covering exactly the dates a run reads."""
-    pred = f"{EVENT_DATE_COLUMN} <= '{window.end}'"
-    return pred if window.start is None else f"{pred} AND {EVENT_DATE_COLUMN} >= '{window.start}'"
-
-
-def _split_counts(labelled: DataFrame) -> tuple[int, int]:
-    """(accepted, quarantined) in one Spark action."""
-    rows = labelled.groupBy(F.col(ingest.REASON).isNull().alias("ok")).count().collect()
-    by = {r["ok"]: r["count"] for r in rows}
-    return by.get(True, 0), by.get(False, 0)
 
 
 @dg.multi_asset(
@@ -96,7 +78,7 @@ def bronze_tables(
     folder = source.prepare(session)
     context.log.info(f"Reading source {source.location!r} from {folder} for run date {day} (window={config.window})")
     raw = read_source(session, folder)
-    window = event_window(config, day)
+    window = ingest.EventWindow.of(config.window, day)
     counts: dict[str, dict[str, int]] = {}
     versions: dict[str, int] = {}
     quarantine_parts: list[DataFrame] = []
@@ -107,7 +89,7 @@ def bronze_tables(
 
     def settle(table: str, labelled: DataFrame, read: int) -> DataFrame:
         labelled = labelled.persist()
-        ok, bad = _split_counts(labelled)
+        ok, bad = ingest.split_counts(labelled)
         counts[table] = {"read": read, "accepted": ok, "quarantined": bad}
         context.log.info(f"{table}: read {read:,}, accepted {ok:,}, quarantined {bad:,}")
         quarantine_parts.append(ingest.quarantined(labelled, table, day))
@@ -131,47 +113,32 @@ def bronze_tables(
     written("relations", counts["relations"]["accepted"], "merged by (src_id, dst_id, relation)")
 
     with step("events"):
-        events_read = raw["events"].where(
-            ingest.as_timestamp(raw["events"], "event_ts").isNull()
-            | (F.to_date(ingest.as_timestamp(raw["events"], "event_ts")) <= F.lit(window.end))
-            & (F.lit(window.start).isNull() | (F.to_date(ingest.as_timestamp(raw["events"], "event_ts"))
-                                               >= F.lit(window.start)))
-        ).count()
+        events_read = ingest.events_read(raw["events"], window).count()
         events = settle("events", ingest.label_events(raw["events"], known, window, funnel),
                         events_read)
-        replace_where(ingest.accepted(events, "events"), lake.path("events"), window_predicate(window),
+        replace_where(ingest.accepted(events, "events"), lake.path("events"), window.predicate(),
                       [EVENT_DATE_COLUMN])
-    written("events", counts["events"]["accepted"], f"written in place of {window_predicate(window)}")
+    written("events", counts["events"]["accepted"], f"written in place of {window.predicate()}")
 
     with step("quarantine"):
         quarantine = quarantine_parts[0].unionByName(quarantine_parts[1]).unionByName(quarantine_parts[2])
-        replace_where(quarantine, lake.path("quarantine"), f"run_date = '{day}'", ["run_date"])
+        replace_run_date(quarantine, lake.path("quarantine"), day)
     written("quarantine", sum(c["quarantined"] for c in counts.values()), "written")
     for df in (entities, relations, events, known):
         df.unpersist()
 
     with step("accounting"):
-        quarantined_now, events_now = _recount(session, lake, day, window)
+        quarantined_now, events_now = ingest.recount(session, lake.path, day, window)
     yield from _results(lake, day, counts, versions, quarantined_now, events_now)
     suites = bronze_suites(accepts.entity_types, funnel)
     for table in BRONZE:
         df = read_table(session, lake.path(table))
         if table == "events":
-            df = df.where(window_predicate(window))
+            df = df.where(window.predicate())
         context.log.info(f"Validating {table} with Great Expectations ({len(suites[table])} expectations)")
         with step(f"validate {table}"):
             check = validate(df, f"bronze_{table}", suites[table], asset_key=table, check_name=SUITE_CHECK)
         yield check
-
-
-def _recount(session, lake: LakeResource, day: dt.date, window: ingest.EventWindow) -> tuple[dict[str, int], int]:
-    """Rows the run's quarantine partition holds per source table, and the events of the window, as written."""
-    written = (
-        read_table(session, lake.path("quarantine")).where(F.col("run_date") == F.lit(day))
-        .groupBy("source_table").count().collect()
-    )
-    events_now = read_table(session, lake.path("events")).where(window_predicate(window)).count()
-    return {r["source_table"]: r["count"] for r in written}, events_now
 
 
 def _results(lake: LakeResource, day: dt.date, counts: dict[str, dict[str, int]], versions: dict[str, int],

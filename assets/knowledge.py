@@ -12,7 +12,6 @@ Incremental: rows whose content hash and model identifier match the current tabl
 a nightly run over unchanged content embeds 0 rows; any model or output-affecting setting change re-embeds all.
 """
 
-import time
 from collections.abc import Iterator
 
 import dagster as dg
@@ -21,7 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from assets.partitions import daily_partitions, run_date
-from assets.progress import spark_progress
+from assets.progress import spark_stages
 from assets.quality import validate
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
 from hir_pipeline.embedding.config import EFFICIENTNET_LITE0, EmbeddingConfig, resolve_model_folder
@@ -29,7 +28,7 @@ from hir_pipeline.embedding.content_hash import model_identifier
 from resources import LakeResource, SparkResource
 from resources.config_schema import config_class
 from spark_jobs.content_embeddings import embed_content
-from spark_jobs.delta_io import latest_version, read_table, table_exists
+from spark_jobs.delta_io import latest_version, read_table, replace_table, table_exists
 
 GROUP = "knowledge"
 CHECK_QUALITY = "content_embeddings_valid"
@@ -100,18 +99,15 @@ def content_embeddings(
     previous = read_table(session, path) if table_exists(session, path) else None
     context.log.info(f"content_embeddings for {day}: model {model_id}; previous snapshot: "
                      f"{'version ' + str(latest_version(session, path)) if previous is not None else 'none'}")
-    start = time.perf_counter()
-    with spark_progress(context, session, "content_embeddings: embed", config.progress_every_s):
+    stages = spark_stages(context, session, "content_embeddings", config.progress_every_s)
+    with stages("embed"):
         snapshot, counts = embed_content(entities, previous, embedding, day)
-    embed_s = time.perf_counter() - start
+    embed_s = stages.seconds["embed"]
     embedded = counts["new"] + counts["changed"]
     context.log.info(f"content_embeddings: {counts} in {embed_s:.1f}s; writing the snapshot")
-    start = time.perf_counter()
-    with spark_progress(context, session, "content_embeddings: write", config.progress_every_s):
-        # Overwriting the table this snapshot's reused rows are read from is safe: Delta reads the version it
-        # planned against, and the overwrite only marks those files removed.
-        snapshot.write.format("delta").mode("overwrite").save(path)
-    write_s = time.perf_counter() - start
+    with stages("write"):  # reused rows are read from the table being replaced: safe, see replace_table
+        replace_table(snapshot, path)
+    write_s = stages.seconds["write"]
     snapshot.unpersist()
 
     written = read_table(session, path)
@@ -135,7 +131,7 @@ def content_embeddings(
         "text_model": _model_name(config.text_model, embedding.text_model),
         "image_model": _model_name(config.image_model, embedding.image_model),
         "entities_per_s": round(embedded / embed_s, 2) if embedded and embed_s > 0 else 0.0,
-        "stage_seconds": dg.MetadataValue.json({"embed": round(embed_s, 3), "write": round(write_s, 3)}),
+        "stage_seconds": dg.MetadataValue.json(stages.seconds),
         "delta_version": version,
         "path": dg.MetadataValue.path(path),
     })

@@ -23,13 +23,10 @@ import contextlib
 import datetime as dt
 import logging
 import shutil
-import time
 from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from assets.model_tracking import (
     TAG_RUN_DATE,
@@ -42,18 +39,16 @@ from assets.model_tracking import (
     resumable_run_id,
 )
 from assets.partitions import daily_partitions, run_date
-from assets.progress import spark_progress
+from assets.progress import spark_stages
 from hir_pipeline.settings import state_dir
 from resources import GraphSettingsResource, LakeResource, MLflowResource, ModelSettingsResource, SparkResource
 from resources.model_settings import TrainSection
-from spark_jobs.delta_io import latest_version, read_table, replace_where
-from spark_jobs.model_inputs import load_model_inputs
-from spark_jobs.model_outputs import model_hierarchy_frame, model_outputs_frame
+from spark_jobs.delta_io import MissingInput
+from spark_jobs.graph import GraphSnapshot
+from spark_jobs.model_inputs import CONTENT_TABLE, GRAPH_TABLES, load_model_inputs, read_model_tables
+from spark_jobs.model_outputs import model_hierarchy_frame, model_outputs_frame, write_model_outputs
 
 GROUP = "model"
-GRAPH_TABLES = ("graph_nodes", "graph_edges", "graph_views")
-CONTENT_TABLE = "content_embeddings"
-OUTPUT_TABLES = ("model_outputs", "model_hierarchy")
 
 class TrainingConfig(dg.Config):
     """Run config of ``interest_model``: how the asset runs. The model and training settings are the
@@ -73,30 +68,6 @@ class TrainingConfig(dg.Config):
 def checkpoint_dir(day: dt.date) -> Path:
     """``<HIR state dir>/checkpoints/<run_date>``."""
     return state_dir() / "checkpoints" / str(day)
-
-
-def read_inputs(session: SparkSession, lake: LakeResource, day: dt.date, require_content: bool
-                ) -> dict[str, tuple[DataFrame, str, int]]:
-    """The run date's rows of every input table, pinned to the table's current Delta version.
-
-    Returns:
-        ``{table: (rows, path, delta_version)}``; ``content_embeddings`` is absent when it does not exist and
-        ``require_content`` is False. Tables with a ``run_date`` column are filtered to ``day``; a table without
-        one (a single snapshot) is read whole.
-    """
-    out = {}
-    for table in (*GRAPH_TABLES, CONTENT_TABLE):
-        path = lake.path(table)
-        version = latest_version(session, path)
-        if version is None:
-            if table == CONTENT_TABLE and not require_content:
-                continue
-            raise dg.Failure(f"{table} does not exist in the lake: materialize {table} for {day} first")
-        df = read_table(session, path, version)
-        if "run_date" in df.columns:
-            df = df.where(F.col("run_date") == F.lit(day))
-        out[table] = (df, path, version)
-    return out
 
 
 def require_rows(inputs, versions: dict[str, int], day: dt.date, require_content: bool) -> None:
@@ -169,18 +140,21 @@ def interest_model(
     day = run_date(context)
     graph_cfg, train_cfg = graph_settings.graph_config(), model_settings.train_config()
     session = spark.get_session()
-    t_start = time.perf_counter()
-    frames = read_inputs(session, lake, day, config.require_content)
-    versions = {table: version for table, (_, _, version) in frames.items()}
-    context.log.info(f"Reading inputs of {day} at Delta versions {versions}")
-    content = frames.get(CONTENT_TABLE, (None,))[0]
-    with spark_progress(context, session, "interest_model: collect inputs", config.progress_every_s):
+    stages = spark_stages(context, session, "interest_model", config.progress_every_s)
+    with stages("collect inputs"):
+        try:
+            frames = read_model_tables(session, lake.path, day, config.require_content)
+        except MissingInput as exc:
+            raise dg.Failure(str(exc)) from exc
+        versions = {table: version for table, (_, _, version) in frames.items()}
+        context.log.info(f"Reading inputs of {day} at Delta versions {versions}")
+        content = frames.get(CONTENT_TABLE, (None,))[0]
+        graph = GraphSnapshot(day, frames["graph_nodes"][0], frames["graph_edges"][0], frames["graph_views"][0])
         inputs = load_model_inputs(
-            frames["graph_nodes"][0], frames["graph_views"][0], content, frames["graph_edges"][0],
-            funnel=graph_cfg.funnel, engagement_weights=train_cfg.engagement_weights,
+            graph, content, funnel=graph_cfg.funnel, engagement_weights=train_cfg.engagement_weights,
             provenance={"delta_versions": versions}, progress=context.log.info,
         )
-    collect_s = time.perf_counter() - t_start
+    collect_s = stages.seconds["collect inputs"]
     require_rows(inputs, versions, day, config.require_content)
     summary = inputs.summary()
     context.log.info(f"Collected the graph in {collect_s:.1f}s: {summary}")
@@ -216,7 +190,7 @@ def interest_model(
         def on_epoch_end(epoch: int, metrics: dict) -> None:
             mlf.log_metrics(epoch_metrics(metrics), step=epoch)
             trained.append(epoch)
-            elapsed = time.perf_counter() - t_train
+            elapsed = stages.elapsed("train")
             left = train_cfg.epochs - epoch - 1
             context.log.info(f"epoch {epoch + 1}/{train_cfg.epochs} done: loss {metrics['loss']:.4f}"
                              + (f", ~{elapsed / len(trained) * left:.0f}s to go" if left else ""))
@@ -227,8 +201,7 @@ def interest_model(
                     metadata={"epochs_done": epoch + 1, "checkpoint_dir": str(ckpt)},
                 )
 
-        t_train = time.perf_counter()
-        with forward_training_logs(context):
+        with stages("train"), forward_training_logs(context):
             result = fit_and_embed(inputs, model_cfg, train_cfg, ckpt, on_epoch_end=on_epoch_end,
                                    fingerprint=fingerprint)
         mlf.set_tags({"hir.device": result.device, "hir.bf16": str(result.bf16)})
@@ -247,10 +220,7 @@ def interest_model(
         outputs = model_outputs_frame(session, inputs.entity_ids, inputs.entity_types, res.embeddings, res.probs,
                                       res.has_view, model_version, day)
         hierarchy = model_hierarchy_frame(session, result.prototypes, res.parent_maps, model_version, day)
-        out_versions = {}
-        for table, df in zip(OUTPUT_TABLES, (outputs, hierarchy), strict=True):
-            replace_where(df, lake.path(table), f"run_date = '{day}'", ["run_date"])
-            out_versions[table] = latest_version(session, lake.path(table))
+        out_versions = write_model_outputs(session, lake.path, day, outputs, hierarchy)
         mlf.set_tags({f"hir.output.{t}.delta_version": str(v) for t, v in out_versions.items()})
         context.log.info(f"Wrote {inputs.num_nodes:,} model_outputs and {sum(result.model_cfg.level_sizes):,} "
                          f"model_hierarchy rows for run date {day} (model version {model_version}) at Delta "

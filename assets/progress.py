@@ -4,6 +4,7 @@ Spark's own progress goes to the driver console and the Spark UI; a data enginee
 Dagster UI would otherwise see nothing between "started" and "done". :func:`spark_progress` polls the
 SparkContext's status tracker from a daemon thread and logs the active stages (completed / total tasks)
 through ``context.log`` whenever they change, and labels the Spark jobs with the step's name.
+:func:`spark_stages` times an asset's steps (:class:`hir_pipeline.timing.Stages`) with that progress around each.
 """
 
 import contextlib
@@ -13,6 +14,8 @@ from collections.abc import Iterator
 
 import dagster as dg
 from pyspark.sql import SparkSession
+
+from hir_pipeline.timing import Stages
 
 
 @contextlib.contextmanager
@@ -54,3 +57,16 @@ def spark_progress(
         stop.set()
         thread.join(timeout=every_s + 5)
         sc.setJobDescription(None)
+
+
+def spark_stages(context: dg.AssetExecutionContext, session: SparkSession, label: str, every_s: float = 10.0) -> Stages:
+    """The stage timer of an asset: each stage is announced in the run log and runs under :func:`spark_progress`.
+
+    Args:
+        context: the asset's execution context (its ``log`` receives the lines).
+        session: the Spark session running the work.
+        label: the asset's name, prefixed to every line (``"graph_views"`` -> ``"graph_views: sampling ..."``).
+        every_s: interval of the Spark progress lines.
+    """
+    return Stages(say=context.log.info, label=f"{label}: ",
+                  around=lambda name: spark_progress(context, session, f"{label}: {name}", every_s))

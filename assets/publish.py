@@ -6,8 +6,9 @@ kept stable across model versions (:mod:`hir_pipeline.publish.stable_ids`). The 
 (tags ``hir.run_date`` / ``hir.model_version``) gets the published Delta versions, the stability per level
 and two pictures; the registered model version gets the same tags.
 
-Reading, building and writing are :func:`spark_jobs.publish.read_inputs`, ``build_from_inputs`` and
-``write_publication``; this module adds Dagster metadata, pictures and MLflow.
+Reading, building and writing are :func:`spark_jobs.publish.io.read_inputs`,
+:func:`spark_jobs.publish.transform.build_publication` and :func:`spark_jobs.publish.io.write_publication`;
+this module adds Dagster metadata, pictures and MLflow.
 
 Crash safety: each table is replaced in one Delta commit (data files first, then one atomic log entry), so a
 run killed mid-write leaves every table at its previous version. ``node_embeddings`` is written *last* and
@@ -16,32 +17,29 @@ stood when the marker was committed, so a half-finished publication is never mix
 """
 
 import base64
-import contextlib
 import datetime as dt
 import hashlib
 import tempfile
-import time
 from pathlib import Path
 
 import dagster as dg
 import numpy as np
 from pydantic import Field
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from assets.partitions import daily_partitions, run_date
-from assets.progress import spark_progress
+from assets.progress import spark_stages
 from hir_pipeline.publish.pictures import ClusterNode, embedding_map_png, hierarchy_sunburst_png
 from resources import LakeResource, MLflowResource, SparkResource
 from resources.config_schema import config_class
-from spark_jobs.delta_io import read_table
 from spark_jobs.publish import (
     WRITE_ORDER,
     MissingInput,
     Publication,
     PublishSettings,
-    build_from_inputs,
+    build_publication,
     read_inputs,
+    read_picture_data,
     write_publication,
 )
 
@@ -71,16 +69,8 @@ class PublishConfig(config_class(PublishSettings, name="PublishFields")):
 
 def _pictures(session: SparkSession, lake: LakeResource, day: dt.date, config: PublishConfig) -> dict[str, bytes]:
     """The hierarchy sunburst and the 2-D embedding map, drawn from the tables just written."""
-    profiles = read_table(session, lake.path("cluster_profiles")).where(F.col("run_date") == F.lit(day)) \
-        .select("level", "cluster_id", "parent_cluster_id", "size", "label").collect()
+    profiles, sample = read_picture_data(session, lake.path, day, config.map_points)
     nodes = [ClusterNode(r.level, r.cluster_id, r.parent_cluster_id, r.size, r.label) for r in profiles]
-    coarse = read_table(session, lake.path("cluster_assignments")) \
-        .where((F.col("run_date") == F.lit(day)) & (F.col("level") == 0)).select("entity_id", "cluster_id")
-    sample = (
-        read_table(session, lake.path("node_embeddings")).where(F.col("run_date") == F.lit(day))
-        .select("entity_id", "embedding").join(coarse, "entity_id")
-        .orderBy(F.xxhash64("entity_id"), "entity_id").limit(config.map_points).collect()
-    )
     labels = {n.cluster_id: n.label for n in nodes if n.level == 0}
     pictures = {"cluster_hierarchy.png": hierarchy_sunburst_png(nodes, f"Interest hierarchy, {day}",
                                                                 dpi=config.picture_dpi)}
@@ -174,20 +164,6 @@ def log_publication(
     return run_id
 
 
-class _Stages:
-    """Times the publish steps (``stage_seconds`` metadata) and reports Spark progress while each runs."""
-
-    def __init__(self, context: dg.AssetExecutionContext, session: SparkSession) -> None:
-        self.context, self.session, self.seconds = context, session, {}
-
-    @contextlib.contextmanager
-    def __call__(self, name: str):
-        start = time.perf_counter()
-        with spark_progress(self.context, self.session, f"publish: {name}"):
-            yield
-        self.seconds[name] = round(time.perf_counter() - start, 2)
-
-
 # --- the asset -----------------------------------------------------------------------------------
 
 
@@ -206,7 +182,7 @@ def publish_tables(
 ):
     day = run_date(context)
     session = spark.get_session()
-    stages = _Stages(context, session)
+    stages = spark_stages(context, session, "publish")
     with stages("read inputs"):
         try:
             inputs = read_inputs(session, lake.path, day)
@@ -216,7 +192,7 @@ def publish_tables(
     context.log.info(f"Publishing run date {day}: {inputs.n_levels} levels, graph_edges of {inputs.edges_date}, "
                      f"matching IDs to the publication of {prev_date or '(none: first publication)'}")
     with stages("stable IDs and labels"):
-        pub = build_from_inputs(session, inputs, day, config.to_dataclass())
+        pub = build_publication(session, inputs, day, config.to_dataclass())
     with stages("write"):
         written = write_publication(session, pub, lake.path, day, lambda t, v, n: context.log.info(
             f"{t}: {n:,} rows for {day}, Delta version {v}"))

@@ -69,20 +69,13 @@ def sample_settings(path: Path = SAMPLE_CONFIG) -> dict:
 
 def prepare(lake: str, day: dt.date) -> dict:
     """The evaluation data, HIR inputs and item content of ``day``'s split (Spark)."""
-    from pyspark.sql import functions as F
-
     from resources import SparkResource
-    from spark_jobs.delta_io import read_table
-    from spark_jobs.evaluation import EvaluationJobConfig, prepare_evaluation
+    from spark_jobs.evaluation import EvaluationJobConfig, prepare_evaluation, read_evaluation_inputs
     from spark_jobs.evaluation_data import collect_content
 
     session = SparkResource().get_session()
-    bronze = {t: read_table(session, f"{lake}/{t}") for t in ("entities", "relations", "events")}
-    content = read_table(session, f"{lake}/content_embeddings")
-    if "run_date" in content.columns:
-        content = content.where(F.col("run_date") == F.lit(day))
-    split, data, inputs = prepare_evaluation(bronze["entities"], bronze["relations"], bronze["events"], content,
-                                             day, EvaluationJobConfig())
+    bronze, content = read_evaluation_inputs(session, lambda t: f"{lake}/{t}", day, require_content=True)
+    split, data, inputs = prepare_evaluation(bronze, content, day, EvaluationJobConfig())
     return {"data": data, "inputs": inputs, "item_content": collect_content(content, data.item_ids),
             "note": split.note}
 

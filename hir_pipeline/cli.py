@@ -234,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--report", default=None, metavar="PATH", help="also write the comparison table (markdown)")
     ev.set_defaults(func=cmd_evaluate)
 
-    from hir_pipeline.query import add_query_parser
+    from hir_pipeline.query.cli import add_query_parser
 
     add_query_parser(sub)
     return parser

@@ -1,18 +1,18 @@
-"""Which source the pipeline reads: a folder following the source contract, or a built-in one."""
+"""Which source the pipeline reads: a folder following the source contract, or a built-in one.
+
+The resource only carries the settings; what differs between sources is :class:`spark_jobs.sources.spec.SourceSpec`.
+"""
 
 from __future__ import annotations
-
-import logging
-from pathlib import Path
 
 import dagster as dg
 from pyspark.sql import SparkSession
 
-from hir_pipeline.settings import cache_dir
+from spark_jobs.sources.spec import BUILTIN_SOURCES, SourceSpec
 
-log = logging.getLogger(__name__)
+__all__ = ["BUILTIN_SOURCES", "SourceResource"]
 
-BUILTIN_SOURCES = ("movielens", "synthetic")
+_S = SourceSpec()
 
 
 class SourceResource(dg.ConfigurableResource):
@@ -26,43 +26,24 @@ class SourceResource(dg.ConfigurableResource):
         synthetic_images: give synthetic products real Fashion-MNIST images (Debian package).
     """
 
-    location: str = "movielens"
-    synthetic_events: int = 100_000
-    synthetic_seed: int = 7
-    synthetic_images: bool = True
+    location: str = _S.location
+    synthetic_events: int = _S.synthetic_events
+    synthetic_seed: int = _S.synthetic_seed
+    synthetic_images: bool = _S.synthetic_images
+
+    def spec(self) -> SourceSpec:
+        """The source these settings name."""
+        return SourceSpec(location=self.location, synthetic_events=self.synthetic_events,
+                          synthetic_seed=self.synthetic_seed, synthetic_images=self.synthetic_images)
 
     @property
     def name(self) -> str:
-        return self.location if self.location in BUILTIN_SOURCES else "folder"
+        return self.spec().name
 
     def prepare(self, spark: SparkSession) -> str:
         """Return the folder to read, writing a built-in source into the cache the first time."""
-        if self.location == "movielens":
-            return str(self._movielens(spark))
-        if self.location == "synthetic":
-            return str(self._synthetic(spark))
-        return self.location
+        return self.spec().prepare(spark)
 
-    def _movielens(self, spark: SparkSession) -> Path:
-        from hir_pipeline.data.fetch import movielens_files
-        from spark_jobs.sources.movielens import write_movielens_source
-
-        out = cache_dir() / "sources" / "movielens"
-        write_movielens_source(spark, movielens_files(cache_dir()), out)
-        return out
-
-    def _synthetic(self, spark: SparkSession) -> Path:
-        from hir_pipeline.data.fetch import fetch_fashion_mnist
-        from spark_jobs.sources.synthetic import SyntheticConfig, write_synthetic_source
-
-        config = SyntheticConfig(seed=self.synthetic_seed, n_events=self.synthetic_events)
-        images = None
-        if self.synthetic_images:
-            try:
-                images = fetch_fashion_mnist(cache_dir())
-            except Exception as exc:  # the generator still works without pictures
-                log.warning("Fashion-MNIST images unavailable (%s); synthetic products get no image_uri", exc)
-        suffix = "img" if images is not None else "noimg"
-        out = cache_dir() / "sources" / f"synthetic-{self.synthetic_seed}-{self.synthetic_events}-{suffix}"
-        write_synthetic_source(spark, config, out, images)
-        return out
+    def ground_truth(self, spark: SparkSession) -> dict[str, dict[str, int | None]] | None:
+        """The planted hierarchy the source was generated from, or ``None`` (:meth:`SourceSpec.ground_truth`)."""
+        return self.spec().ground_truth(spark)

@@ -1,7 +1,8 @@
-"""Spark -> numpy for the evaluation: the split's pairs, item content and the planted hierarchy, on the driver.
+"""Spark -> numpy for the evaluation: the split's pairs and item content, on the driver.
 
 Only what the evaluation reads is collected, through Arrow: ``(user, item, weight)`` training pairs (one row per
-pair), target pairs, one content vector per item and, for the synthetic source, one label row per entity.
+pair), target pairs and one content vector per item (the planted hierarchy of a synthetic source is read by
+:meth:`spark_jobs.sources.spec.SourceSpec.ground_truth`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import datetime as dt
 from collections.abc import Sequence
 
 import numpy as np
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import EVENT_DATE_COLUMN
@@ -95,26 +96,3 @@ def collect_content(content_df: DataFrame | None, entity_ids: Sequence[str],
     out = np.zeros((len(entity_ids), vecs.shape[1]), dtype=np.float32)
     out[[pos[e] for e in ids]] = vecs
     return out
-
-
-def read_ground_truth(spark: SparkSession, folder: str | None) -> dict[str, dict[str, int | None]] | None:
-    """The planted hierarchy beside a synthetic source (``<folder>/ground_truth``), or ``None`` when absent.
-
-    Args:
-        spark: the session.
-        folder: the source folder (``SourceResource.prepare``), or ``None``.
-
-    Returns:
-        ``entity_id -> {"level0": .., "level1": .., "level2": ..}`` (``None`` where a level does not apply).
-    """
-    if folder is None:
-        return None
-    try:
-        df = spark.read.parquet(f"{str(folder).rstrip('/')}/ground_truth")
-    except Exception:  # not a synthetic source: no planted hierarchy to score against
-        return None
-    levels = [c for c in ("level0", "level1", "level2") if c in df.columns]
-    table = df.select("entity_id", *levels).toArrow()
-    ids = table.column("entity_id").to_pylist()
-    cols = {c: table.column(c).to_pylist() for c in levels}
-    return {e: {c: cols[c][i] for c in levels} for i, e in enumerate(ids)}

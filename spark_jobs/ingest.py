@@ -10,9 +10,10 @@ Reasons are checked in a fixed order and a row gets the first that applies.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, StringType
 
@@ -23,6 +24,7 @@ from hir_pipeline.contracts import (
     SOURCE_TABLES,
     QuarantineReason,
 )
+from spark_jobs.delta_io import read_run_date, read_table
 from spark_jobs.source_reader import RAW_COLUMN
 
 R = QuarantineReason
@@ -61,6 +63,30 @@ class EventWindow:
     @classmethod
     def day(cls, day: dt.date) -> EventWindow:
         return cls(end=day, start=day)
+
+    @classmethod
+    def of(cls, kind: str, day: dt.date) -> EventWindow:
+        """``day``: that day's events (the nightly increment); ``all``: every event up to it (a backfill)."""
+        if kind not in ("day", "all"):
+            raise ValueError(f"unknown ingestion window {kind!r}: 'day' or 'all'")
+        return cls.day(day) if kind == "day" else cls(end=day)
+
+    def contains(self, date: Column) -> Column:
+        """Whether the date column falls in the window."""
+        inside = date <= F.lit(self.end)
+        return inside if self.start is None else inside & (date >= F.lit(self.start))
+
+    def predicate(self) -> str:
+        """Delta ``replaceWhere`` predicate on ``event_date`` covering exactly the dates of the window."""
+        pred = f"{EVENT_DATE_COLUMN} <= '{self.end}'"
+        return pred if self.start is None else f"{pred} AND {EVENT_DATE_COLUMN} >= '{self.start}'"
+
+
+def events_read(raw: DataFrame, window: EventWindow) -> DataFrame:
+    """The source event rows a run with ``window`` reads: those of its dates, plus every row whose timestamp is
+    missing or unparseable (it cannot be placed on a day, so every run reads and quarantines it)."""
+    ts = as_timestamp(raw, "event_ts")
+    return raw.where(ts.isNull() | window.contains(F.to_date(ts)))
 
 
 def as_timestamp(df: DataFrame, name: str) -> Column:
@@ -234,3 +260,25 @@ def quarantined(labelled: DataFrame, table: str, run_date: dt.date) -> DataFrame
         F.col(RAW_COLUMN).alias("raw"),
         F.lit(run_date).alias("run_date"),
     )
+
+
+def split_counts(labelled: DataFrame) -> tuple[int, int]:
+    """(accepted, quarantined) rows of a labelled frame, in one Spark action."""
+    rows = labelled.groupBy(F.col(REASON).isNull().alias("ok")).count().collect()
+    by = {r["ok"]: r["count"] for r in rows}
+    return by.get(True, 0), by.get(False, 0)
+
+
+def recount(spark: SparkSession, path: Callable[[str], str], day: dt.date, window: EventWindow
+            ) -> tuple[dict[str, int], int]:
+    """What a run wrote, re-read from the tables: quarantined rows per source table, and the window's events.
+
+    Args:
+        spark: the session.
+        path: table name -> Delta path (``LakeResource.path``).
+        day: the run date (the ``quarantine`` partition).
+        window: the run's event window.
+    """
+    written = read_run_date(spark, path("quarantine"), day).groupBy("source_table").count().collect()
+    events_now = read_table(spark, path("events")).where(window.predicate()).count()
+    return {r["source_table"]: r["count"] for r in written}, events_now

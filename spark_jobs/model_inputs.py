@@ -19,23 +19,34 @@ one Arrow batch at a time (one copy of a batch's buffers), so no single buffer h
 
 Nothing is collected that the model does not read: no degree maps, weights or entity text.
 
+:func:`read_model_tables` reads the run date's rows of those tables from the lake, each pinned to an explicit
+Delta version (logged with the model).
+
 :func:`load_model_inputs` reports each collected part (what, how much, how long) to an optional ``progress``
 callback (the asset passes ``context.log.info``; the Spark stages themselves are reported by the asset around it).
 """
 
 from __future__ import annotations
 
-import time
+import datetime as dt
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import DEFAULT_FUNNEL, VIEW_BROAD, VIEW_NARROW
+from hir_pipeline.timing import Stages
 from hir_pipeline.training.inputs import ModelInputs, engagement_arrays, views_from_flat
+from spark_jobs.delta_io import MissingInput, latest_version, read_table
+from spark_jobs.graph.views import GraphSnapshot
+
+#: The graph tables a model is trained on (one snapshot per run date).
+GRAPH_TABLES = ("graph_nodes", "graph_edges", "graph_views")
+#: The content table (one current snapshot, read whole).
+CONTENT_TABLE = "content_embeddings"
 
 
 def default_engagement_weights(funnel: Sequence[str]) -> tuple[float, ...]:
@@ -189,10 +200,8 @@ def collect_engagement(edges_df: DataFrame, funnel: Sequence[str], stage_weights
 
 
 def load_model_inputs(
-    nodes_df: DataFrame,
-    views_df: DataFrame,
+    graph: GraphSnapshot,
     content_df: DataFrame | None,
-    edges_df: DataFrame,
     *,
     funnel: Sequence[str] = DEFAULT_FUNNEL,
     engagement_weights: Sequence[float] | None = None,
@@ -203,10 +212,9 @@ def load_model_inputs(
     """Collect one graph (all frames of the same run date) into :class:`ModelInputs`.
 
     Args:
-        nodes_df: ``graph_nodes`` rows (``node_idx`` dense ``0..N-1``).
-        views_df: ``graph_views`` rows over the same node index (broad and narrow views).
+        graph: the run date's ``graph_nodes`` (``node_idx`` dense ``0..N-1``), ``graph_edges`` (the engagement
+            pairs) and ``graph_views`` rows over the same node index (broad and narrow views).
         content_df: ``content_embeddings`` rows (one per entity, matched by ``entity_id``), or ``None``.
-        edges_df: ``graph_edges`` rows (the engagement pairs).
         funnel: event types, shallow to deep (``GraphConfig.funnel``): which edge types are activity.
         engagement_weights: weight of an engaged pair per funnel stage, aligned with ``funnel``; default
             :func:`default_engagement_weights`.
@@ -215,25 +223,26 @@ def load_model_inputs(
         progress: called with one line per collected part (nodes, views, content, engagement pairs), e.g.
             ``context.log.info``.
     """
+    if graph.views is None:
+        raise ValueError(f"the graph of {graph.run_date} has no views: the model trains on views")
+    nodes_df, edges_df, views_df = graph.nodes, graph.edges, graph.views
     funnel = tuple(funnel)
     weights = default_engagement_weights(funnel) if engagement_weights is None else tuple(engagement_weights)
-    clock = time.perf_counter()
+    stages = Stages()
 
-    def done(what: str) -> None:
-        nonlocal clock
+    def done(stage: str, what: str) -> None:
         if progress is not None:
-            progress(f"collected {what} in {time.perf_counter() - clock:.1f}s")
-        clock = time.perf_counter()
+            progress(f"collected {what} in {stages.seconds[stage]:.1f}s")
 
-    nodes = collect_nodes(nodes_df)
+    nodes = stages.run("nodes", lambda: collect_nodes(nodes_df))
     n = len(nodes["entity_ids"])
-    done(f"{n:,} nodes")
-    views = collect_views(views_df, n)
-    done(f"{len(views[VIEW_BROAD]):,} broad and {len(views[VIEW_NARROW]):,} narrow views")
-    content, has_content = collect_content(content_df, nodes_df, n, content_column)
-    done(f"content vectors of {int(has_content.sum()):,} nodes (dim {content.shape[1]})")
-    engagement = collect_engagement(edges_df, funnel, weights)
-    done(f"{len(engagement[0]):,} engagement pairs")
+    done("nodes", f"{n:,} nodes")
+    views = stages.run("views", lambda: collect_views(views_df, n))
+    done("views", f"{len(views[VIEW_BROAD]):,} broad and {len(views[VIEW_NARROW]):,} narrow views")
+    content, has_content = stages.run("content", lambda: collect_content(content_df, nodes_df, n, content_column))
+    done("content", f"content vectors of {int(has_content.sum()):,} nodes (dim {content.shape[1]})")
+    engagement = stages.run("engagement", lambda: collect_engagement(edges_df, funnel, weights))
+    done("engagement", f"{len(engagement[0]):,} engagement pairs")
     # The model sees edge types only through the views: their largest id sizes the edge-type bias table.
     max_edge_type = max((int(v["edge_types"].max(initial=0)) for vs in views.values() for v in vs), default=0)
     return ModelInputs(
@@ -242,3 +251,36 @@ def load_model_inputs(
         has_content=has_content, broad_views=views[VIEW_BROAD], narrow_views=views[VIEW_NARROW],
         engagement=engagement, max_edge_type=int(max_edge_type), provenance=dict(provenance or {}),
     )
+
+
+def read_model_tables(spark: SparkSession, path: Callable[[str], str], day: dt.date, require_content: bool = True
+                      ) -> dict[str, tuple[DataFrame, str, int]]:
+    """The run date's rows of every input table of the model, pinned to the table's current Delta version.
+
+    Args:
+        spark: the session.
+        path: table name -> Delta path (``LakeResource.path``).
+        day: the run date.
+        require_content: a missing ``content_embeddings`` table is an error (else it is left out).
+
+    Returns:
+        ``{table: (rows, path, delta_version)}`` for :data:`GRAPH_TABLES` and :data:`CONTENT_TABLE`;
+        ``content_embeddings`` is absent when it does not exist and ``require_content`` is False. Tables with a
+        ``run_date`` column are filtered to ``day``; a table without one (a single snapshot) is read whole.
+
+    Raises:
+        MissingInput: a table does not exist in the lake.
+    """
+    out = {}
+    for table in (*GRAPH_TABLES, CONTENT_TABLE):
+        table_path = path(table)
+        version = latest_version(spark, table_path)
+        if version is None:
+            if table == CONTENT_TABLE and not require_content:
+                continue
+            raise MissingInput(f"{table} does not exist in the lake: materialize {table} for {day} first")
+        df = read_table(spark, table_path, version)
+        if "run_date" in df.columns:
+            df = df.where(F.col("run_date") == F.lit(day))
+        out[table] = (df, table_path, version)
+    return out

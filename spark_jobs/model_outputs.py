@@ -2,12 +2,13 @@
 
 The arrays come from the driver (the model ran there), so the frames are built from Arrow tables in one
 transfer: ``N * (4 * out_dim + 8 * levels)`` bytes of vectors plus the ids, no per-row Python objects.
+:func:`write_model_outputs` replaces the run date's rows of both tables.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +16,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import MODEL_HIERARCHY_DDL, MODEL_OUTPUTS_DDL
+from spark_jobs.delta_io import latest_version, replace_run_date
+
+#: The model's internal tables, one snapshot per run date.
+OUTPUT_TABLES = ("model_outputs", "model_hierarchy")
 
 
 def _list_column(matrix: np.ndarray, value_type: pa.DataType) -> pa.ListArray:
@@ -116,3 +121,24 @@ def model_hierarchy_frame(
         "run_date": pa.array([run_date] * n, type=pa.date32()),
     })
     return _conform(spark, table, MODEL_HIERARCHY_DDL)
+
+
+def write_model_outputs(spark: SparkSession, path: Callable[[str], str], day: dt.date, outputs: DataFrame,
+                        hierarchy: DataFrame) -> dict[str, int]:
+    """Replace the ``day`` rows of ``model_outputs`` and ``model_hierarchy`` (one Delta commit each).
+
+    Args:
+        spark: the session.
+        path: table name -> Delta path (``LakeResource.path``).
+        day: the run date.
+        outputs: :func:`model_outputs_frame`.
+        hierarchy: :func:`model_hierarchy_frame`.
+
+    Returns:
+        table -> the Delta version written.
+    """
+    versions = {}
+    for table, df in zip(OUTPUT_TABLES, (outputs, hierarchy), strict=True):
+        replace_run_date(df, path(table), day)
+        versions[table] = latest_version(spark, path(table))
+    return versions

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
@@ -29,6 +28,7 @@ from hir_pipeline.evaluation.baselines import (
 from hir_pipeline.evaluation.data import COLD, WARM, EvalData
 from hir_pipeline.evaluation.metrics import cluster_usage, nmi
 from hir_pipeline.evaluation.scoring import Scorer, evaluate_scorer
+from hir_pipeline.timing import Stages
 
 log = logging.getLogger(__name__)
 
@@ -105,17 +105,16 @@ def ranking_rows(scorers: Sequence[Scorer], data: EvalData, k: int,
         progress: called with a line per method (e.g. ``context.log.info``).
     """
     rows: list[MetricRow] = []
-    seconds: dict[str, float] = {}
+    stages = Stages()
     for scorer in scorers:
-        t0 = time.perf_counter()
-        got = evaluate_scorer(scorer.fit(data), data, k)
-        seconds[scorer.name] = time.perf_counter() - t0
+        with stages(scorer.name):
+            got = evaluate_scorer(scorer.fit(data), data, k)
         for split, metrics in got.items():
             rows += [(scorer.name, split, metric, float(value)) for metric, value in metrics.items()]
         if progress is not None:
             summary = ", ".join(f"{s} recall@{k} {m[f'recall_at_{k}']:.4f}" for s, m in got.items())
-            progress(f"{scorer.name}: {summary} ({seconds[scorer.name]:.1f}s)")
-    return rows, seconds
+            progress(f"{scorer.name}: {summary} ({stages.seconds[scorer.name]:.1f}s)")
+    return rows, stages.seconds
 
 
 def target_ratios(rows: Sequence[MetricRow], k: int, method: str = "hir") -> list[MetricRow]:

@@ -23,7 +23,6 @@ import hashlib
 import json
 import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ import numpy as np
 
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.model.hir_model import HIRModel
+from hir_pipeline.timing import Stages
 from hir_pipeline.training.inference import InferenceResult
 from hir_pipeline.training.inputs import ModelInputs
 from hir_pipeline.training.trainer import EpochCallback, Trainer, latest_checkpoint
@@ -169,12 +169,11 @@ def fit_and_embed(
     trainer = Trainer(model_cfg, train_cfg, features, inputs.broad_views, narrow, inputs.engagement,
                       on_epoch_end=on_epoch_end)
     log.info("fit %s: %s, %d epoch(s) already in %s", fingerprint[:12], inputs.summary(), done, checkpoint_dir)
-    t0 = time.perf_counter()
-    history = trainer.fit()
-    train_time = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    inference = trainer.infer()  # the published network on the views it was trained on
-    infer_time = time.perf_counter() - t0
+    stages = Stages()
+    with stages("train"):
+        history = trainer.fit()
+    with stages("infer"):
+        inference = trainer.infer()  # the published network on the views it was trained on
     model = trainer.encoder()
     model.train(False)
     temperature, centers = trainer.output_calibration()
@@ -186,5 +185,5 @@ def fit_and_embed(
         temperature=float(temperature),
         prototypes=[(p / p.norm(dim=-1, keepdim=True).clamp_min(1e-12)).cpu().numpy() for p in protos],
         device=str(trainer.device), bf16=trainer.use_bf16, resumed_epochs=done, fingerprint=fingerprint,
-        train_time_s=train_time, infer_time_s=infer_time,
+        train_time_s=stages.seconds["train"], infer_time_s=stages.seconds["infer"],
     )

@@ -23,8 +23,8 @@ import numpy as np
 from spark_jobs.graph.structure import view_structure
 
 #: Version of the sampling scheme (hashes, keys, tie-breaking). Part of the ``graph_views`` settings fingerprint
-#: (``assets.graph.views_fingerprint``): views drawn by another version differ, so an increment must not carry them
-#: over next to freshly sampled ones.
+#: (``spark_jobs.graph.snapshots.views_fingerprint``): views drawn by another version differ, so an increment must
+#: not carry them over next to freshly sampled ones.
 SAMPLER_VERSION = "splitmix64-es-1"
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -336,13 +337,27 @@ def anchors_to_recompute(
     return affected.unionByName(new_ids).distinct()
 
 
+@dataclass(frozen=True)
+class GraphSnapshot:
+    """The graph tables of one run date (lazy DataFrames).
+
+    Attributes:
+        run_date: the snapshot's run date.
+        nodes: its ``graph_nodes`` rows.
+        edges: its ``graph_edges`` rows.
+        views: its ``graph_views`` rows (None where not needed).
+    """
+
+    run_date: dt.date
+    nodes: DataFrame
+    edges: DataFrame
+    views: DataFrame | None = None
+
+
 def update_views(
-    old_views: DataFrame,
-    old_nodes: DataFrame,
-    old_edges: DataFrame,
+    previous: GraphSnapshot,
     nodes: DataFrame,
     edges: DataFrame,
-    old_run_date: dt.date,
     run_date: dt.date,
     config: GraphConfig | None = None,
     redo_ids: DataFrame | None = None,
@@ -350,10 +365,9 @@ def update_views(
     """Nightly increment of ``graph_views``: recompute affected and new anchors, carry the others over.
 
     Args:
-        old_views, old_nodes, old_edges: the previous run's graph tables.
+        previous: the previous run's graph tables, views included (its run date is kept for the record; decay
+            needs no correction, see :func:`affected_anchors`).
         nodes, edges: this run's graph tables.
-        old_run_date: the previous run's date (kept for the record; decay needs no correction, see
-            :func:`affected_anchors`).
         run_date: this run's date.
         config: the same :class:`GraphConfig` as the previous run (same seed, fan-outs, half life).
         redo_ids: :func:`anchors_to_recompute` of these tables when the caller already has it (e.g. to count
@@ -363,6 +377,9 @@ def update_views(
         The full ``graph_views`` table of this run, equal to :func:`build_views` on ``nodes, edges``.
     """
     config = config or GraphConfig()
+    if previous.views is None:
+        raise ValueError(f"the snapshot of {previous.run_date} has no views to carry over")
+    old_views, old_nodes, old_edges = previous.views, previous.nodes, previous.edges
     if redo_ids is None:
         redo_ids = anchors_to_recompute(old_nodes, old_edges, nodes, edges, config)
     redo = nodes.join(redo_ids, "entity_id").select(F.col("node_idx").alias("anchor_idx"))

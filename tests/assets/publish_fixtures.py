@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 
 from hir_pipeline.settings import project_root
 from resources import LakeResource, MLflowResource
-from spark_jobs.delta_io import read_table
+from spark_jobs.delta_io import read_table, replace_run_date
 from spark_jobs.graph import build_edges
 
 LEVEL_SIZES = (4, 16, 64)
@@ -73,8 +73,7 @@ def write_model_tables(spark: SparkSession, lake: LakeResource, truth, day: dt.d
             hierarchy.append((level, int(perm[level][c]), parent, proto.astype(np.float32).tolist(), model_version,
                               day))
     for table, rows, ddl in (("model_outputs", outputs, OUTPUTS_DDL), ("model_hierarchy", hierarchy, HIERARCHY_DDL)):
-        (spark.createDataFrame(rows, ddl).write.format("delta").mode("overwrite")
-         .option("replaceWhere", f"run_date = '{day}'").partitionBy("run_date").save(lake.path(table)))
+        replace_run_date(spark.createDataFrame(rows, ddl), lake.path(table), day)
 
 
 def copy_inputs(spark: SparkSession, source_lake: LakeResource, lake: LakeResource, day: dt.date) -> None:

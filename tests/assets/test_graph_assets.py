@@ -19,12 +19,11 @@ from assets.graph import (
     graph_edges,
     graph_nodes,
     graph_views,
-    increment_blocker,
 )
-from assets.graph import snapshot as graph_snapshot
 from hir_pipeline.contracts import EVENT_DATE_COLUMN
 from resources import GraphSettingsResource
-from spark_jobs.delta_io import latest_version, read_table
+from spark_jobs.delta_io import latest_version, read_run_date, read_table
+from spark_jobs.graph.snapshots import increment_blocker
 from tests.assets.conftest import RUN_DATE, make_resources
 
 GRAPH_ASSETS = [graph_edges, graph_nodes, graph_views]
@@ -164,18 +163,18 @@ def test_rerun_of_a_date_replaces_it_and_equals_a_full_build(spark, next_day):
 
 def test_other_view_settings_block_the_increment(spark, next_day, monkeypatch):
     lake, day, prev = next_day.resources["lake"], dt.date.fromisoformat(NEXT_DATE), dt.date.fromisoformat(RUN_DATE)
-    nodes, edges = (graph_snapshot(spark, lake.path(t), day) for t in ("graph_nodes", "graph_edges"))
+    nodes, edges = (read_run_date(spark, lake.path(t), day) for t in ("graph_nodes", "graph_edges"))
     same = GRAPH_SETTINGS.graph_config()
-    assert increment_blocker(spark, lake, prev, day, same, nodes, edges) is None
+    assert increment_blocker(spark, lake.path, prev, same, nodes, edges) is None
     reseeded = GraphSettingsResource(**{**GRAPH_CONFIG, "seed": 4}).graph_config()
-    assert "view settings" in increment_blocker(spark, lake, prev, day, reseeded, nodes, edges)
+    assert "view settings" in increment_blocker(spark, lake.path, prev, reseeded, nodes, edges)
     # Views drawn by another version of the sampler are never mixed with fresh ones.
-    monkeypatch.setattr("assets.graph.SAMPLER_VERSION", "an-older-sampler")
-    assert "view settings" in increment_blocker(spark, lake, prev, day, same, nodes, edges)
+    monkeypatch.setattr("spark_jobs.graph.sampling.SAMPLER_VERSION", "an-older-sampler")
+    assert "view settings" in increment_blocker(spark, lake.path, prev, same, nodes, edges)
     monkeypatch.undo()
     # Edge-level settings do not block: their effect is in the edges, which the increment diffs.
     faster_decay = GraphSettingsResource(**{**GRAPH_CONFIG, "half_life_days": 7.0}).graph_config()
-    assert increment_blocker(spark, lake, prev, day, faster_decay, nodes, edges) is None
+    assert increment_blocker(spark, lake.path, prev, faster_decay, nodes, edges) is None
 
 
 def test_failed_blocking_check_stops_downstream(spark, lake, tmp_path):

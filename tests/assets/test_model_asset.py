@@ -21,7 +21,7 @@ from assets.model import checkpoint_dir, interest_model  # noqa: E402
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES, MODEL_HIERARCHY_DDL, MODEL_OUTPUTS_DDL  # noqa: E402
 from resources import GraphSettingsResource, ModelSettingsResource  # noqa: E402
 from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
-from spark_jobs.delta_io import read_table, replace_where  # noqa: E402
+from spark_jobs.delta_io import read_table, replace_run_date  # noqa: E402
 from spark_jobs.graph import build_edges, build_nodes, build_views  # noqa: E402
 from tests.assets.conftest import RUN_DATE, make_resources  # noqa: E402
 
@@ -51,7 +51,7 @@ def write_model_inputs(spark, bronze, lake) -> None:
     nodes = build_nodes(ents, edges, DAY, GRAPH).localCheckpoint()
     views = build_views(nodes, edges, DAY, GRAPH)
     for table, df in (("graph_edges", edges), ("graph_nodes", nodes), ("graph_views", views)):
-        replace_where(df, lake.path(table), f"run_date = '{DAY}'", ["run_date"])
+        replace_run_date(df, lake.path(table), DAY)
     content_ents = sorted(tuple(r) for r in ents.where(F.col("entity_type").isin(*CONTENT_ENTITY_TYPES))
                           .select("entity_id", "entity_type").collect())
     rng = np.random.default_rng(0)

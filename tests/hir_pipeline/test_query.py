@@ -13,16 +13,8 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from hir_pipeline.query import (
-    EXIT_UNKNOWN,
-    Publication,
-    QueryError,
-    UnknownIdError,
-    add_query_parser,
-    cluster,
-    recommend,
-    similar,
-)
+from hir_pipeline.query import Publication, QueryError, UnknownIdError, cluster, recommend, similar
+from hir_pipeline.query.cli import EXIT_UNKNOWN, add_query_parser
 
 D1, D2 = dt.date(2024, 6, 1), dt.date(2024, 6, 2)
 # entity -> (type, direction): similar directions = similar interests
@@ -193,7 +185,7 @@ def test_cli_similar_cluster_recommend_and_unknown_id(lake):
 
 CHILD = """
 import argparse, sys
-from hir_pipeline.query import add_query_parser
+from hir_pipeline.query.cli import add_query_parser
 parser = argparse.ArgumentParser(prog="hir")
 add_query_parser(parser.add_subparsers(dest="command", required=True))
 args = parser.parse_args(sys.argv[1:])

@@ -8,7 +8,16 @@ import pytest
 from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import QuarantineReason as R
-from spark_jobs.ingest import EventWindow, accepted, label_entities, label_events, label_relations, quarantined
+from spark_jobs.ingest import (
+    EventWindow,
+    accepted,
+    events_read,
+    label_entities,
+    label_events,
+    label_relations,
+    quarantined,
+    split_counts,
+)
 from spark_jobs.source_reader import conform
 
 RUN = dt.date(2024, 3, 2)
@@ -111,6 +120,19 @@ def test_event_reasons_and_window(spark):
 
     backfill = label_events(raw, entities, EventWindow(end=RUN))
     assert accepted(backfill, "events").where(F.col("event_id") == "e8").count() == 1
+
+
+def test_events_read_by_a_window_are_exactly_the_labelled_ones(spark):
+    entities = accepted(label_entities(_entities(spark)), "entities")
+    raw = _events(spark)
+    for kind, window in (("day", EventWindow.day(RUN)), ("all", EventWindow(end=RUN))):
+        assert EventWindow.of(kind, RUN) == window
+        labelled = label_events(raw, entities, window)
+        assert sum(split_counts(labelled)) == events_read(raw, window).count() == labelled.count()
+    assert EventWindow.day(RUN).predicate() == "event_date <= '2024-03-02' AND event_date >= '2024-03-02'"
+    assert EventWindow(end=RUN).predicate() == "event_date <= '2024-03-02'"
+    with pytest.raises(ValueError, match="unknown ingestion window"):
+        EventWindow.of("week", RUN)
 
 
 @pytest.mark.parametrize("reason", [R.MISSING_REQUIRED_FIELD, R.DANGLING_REFERENCE])

@@ -18,7 +18,7 @@ from hir_pipeline.model.batch import pack_views
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
-from spark_jobs.graph import GraphConfig, build_edges, build_nodes, build_views  # noqa: E402
+from spark_jobs.graph import GraphConfig, GraphSnapshot, build_edges, build_nodes, build_views  # noqa: E402
 from spark_jobs.model_inputs import load_model_inputs  # noqa: E402
 
 RUN = dt.date(2024, 4, 30)
@@ -63,8 +63,8 @@ def graph(spark):
 
 
 def _load(g, views=None, content="default", **kw):
-    return load_model_inputs(g["nodes"], g["views"] if views is None else views,
-                             g["content"] if content == "default" else content, g["edges"], **kw)
+    graph = GraphSnapshot(RUN, g["nodes"], g["edges"], g["views"] if views is None else views)
+    return load_model_inputs(graph, g["content"] if content == "default" else content, **kw)
 
 
 def test_nodes_and_content_follow_node_idx(graph):

@@ -9,6 +9,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from spark_jobs.publish import (
+    PublishInputs,
     PublishSettings,
     build_publication,
     long_assignments,
@@ -78,7 +79,8 @@ def _collect(pub):
 def test_first_publication(spark, catalog):
     entities, edges, total_weight = catalog
     outputs, hierarchy = _tables(spark, DAY1)
-    pub = build_publication(spark, outputs, hierarchy, entities, edges, DAY1, settings=PublishSettings(top_members=2))
+    pub = build_publication(spark, PublishInputs(outputs, hierarchy, entities, edges), DAY1,
+                            settings=PublishSettings(top_members=2))
     t = _collect(pub)
     n = len(ITEMS) + len(USERS)
     assert pub.model_version == "1" and pub.previous_run_date is None
@@ -117,7 +119,7 @@ def test_first_publication(spark, catalog):
 def test_permuted_version_keeps_ids_and_new_cluster_gets_fresh_id(spark, catalog, tmp_path):
     entities, edges, _ = catalog
     outputs, hierarchy = _tables(spark, DAY1)
-    first = build_publication(spark, outputs, hierarchy, entities, edges, DAY1)
+    first = build_publication(spark, PublishInputs(outputs, hierarchy, entities, edges), DAY1)
     prev_a = first.tables["cluster_assignments"].localCheckpoint()
     prev_p = first.tables["cluster_profiles"].localCheckpoint()
     before = {(r.entity_id, r.level): r.cluster_id for r in prev_a.collect()}
@@ -127,7 +129,8 @@ def test_permuted_version_keeps_ids_and_new_cluster_gets_fresh_id(spark, catalog
     assert previous_run_date(prev_p, DAY2) == DAY1 and previous_run_date(prev_p, DAY1) is None
     next_ids = next_cluster_ids(prev_p, DAY2, 2)
     assert next_ids == [2, 4]
-    second = build_publication(spark, outputs2, hierarchy2, entities, edges, DAY2, prev_a, prev_p, next_ids, DAY1)
+    previous = PublishInputs(outputs2, hierarchy2, entities, edges, prev_a, prev_p, DAY1, next_ids)
+    second = build_publication(spark, previous, DAY2)
     after = {(r.entity_id, r.level): r.cluster_id for r in second.tables["cluster_assignments"].collect()}
     assert after == before
     assert second.stable.stability() == {0: 1.0, 1: 1.0}
@@ -146,7 +149,8 @@ def test_permuted_version_keeps_ids_and_new_cluster_gets_fresh_id(spark, catalog
     moved = {"p6", "p7", "u5"}
     rows = [(*r[:3], [r[3][0], 4 if r[0] in moved else r[3][1]], *r[4:]) for r in _rows(version="3")]
     outputs3 = spark.createDataFrame(rows, outputs.drop("run_date").schema).withColumn("run_date", F.lit(DAY2))
-    third = build_publication(spark, outputs3, hierarchy, entities, edges, DAY2, prev_a, prev_p, [5, 9], DAY1)
+    third = build_publication(spark, PublishInputs(outputs3, hierarchy, entities, edges, prev_a, prev_p, DAY1, [5, 9]),
+                              DAY2)
     got = {(r.entity_id, r.level): r.cluster_id for r in third.tables["cluster_assignments"].collect()}
     assert got[("p6", 1)] == got[("u5", 1)] == before[("p6", 1)] and got[("u4", 1)] == 9
     assert got[("p0", 1)] == before[("p0", 1)]

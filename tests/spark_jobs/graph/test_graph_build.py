@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import ENTITY_TYPES, EVENT_DATE_COLUMN, source_ddl
-from spark_jobs.graph import GraphConfig, build_edges, build_nodes, build_views, update_views
+from spark_jobs.graph import GraphConfig, GraphSnapshot, build_edges, build_nodes, build_views, update_views
 from spark_jobs.graph import checks as C
 
 RUN = dt.date(2024, 3, 31)
@@ -218,7 +218,7 @@ def test_nightly_increment_equals_full_recompute(spark, graph):
     evs = _events(spark, rows)
     edges = build_edges(ents, graph["rels"], evs, day, CFG).cache()
     nodes = build_nodes(ents, edges, day, CFG).cache()
-    inc = update_views(graph["views"], graph["nodes"], graph["edges"], nodes, edges, RUN, day, CFG)
+    inc = update_views(GraphSnapshot(RUN, graph["nodes"], graph["edges"], graph["views"]), nodes, edges, day, CFG)
     full = build_views(nodes, edges, day, CFG)
     cols = ["anchor_idx", "anchor_id", "view", "nodes", "node_types", "dist", "edge_types", "truncated", "run_date"]
     assert sorted(tuple(r) for r in inc.select(cols).collect()) == sorted(tuple(r) for r in full.select(cols).collect())

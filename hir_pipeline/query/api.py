@@ -9,19 +9,15 @@ That keeps a reader consistent even while (or after) a publish run was killed ha
 * ``as_of=DATE``: the newest run date on or before ``DATE``;
 * ``version=N``: ``node_embeddings`` Delta version ``N`` (time travel), the other tables as of its commit.
 
-Functions: :func:`similar`, :func:`cluster`, :func:`recommend`; :func:`add_query_parser` wires them into
-the ``hir`` command line (``hir query ...``). Unknown IDs raise :class:`UnknownIdError` (exit code 2).
+Functions: :func:`similar`, :func:`cluster`, :func:`recommend` (shortcuts over :class:`Publication`). Unknown
+IDs raise :class:`UnknownIdError`; the command line is :mod:`hir_pipeline.query.cli`.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import json
-import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,8 +27,6 @@ from hir_pipeline.contracts import ENTITY_TYPES
 MARKER_TABLE = "node_embeddings"
 #: Entity types :func:`recommend` ranks by default.
 RECOMMENDABLE_TYPES: tuple[str, ...] = ("ad", "product")
-#: ``hir query`` exit code for an unknown ID or a missing publication.
-EXIT_UNKNOWN = 2
 
 
 class QueryError(LookupError):
@@ -352,74 +346,3 @@ def recommend(user_id: str, k: int = 20, *, lake: str | None = None, as_of: dt.d
               exclude_seen: bool = True) -> list[Hit]:
     """:meth:`Publication.recommend` on the latest publication (or ``as_of`` / ``version``)."""
     return Publication(lake, as_of, version).recommend(user_id, k, types, exclude_seen)
-
-
-# --- command line ----------------------------------------------------------------------------------
-
-
-def add_query_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``query similar|cluster|recommend`` to the ``hir`` command line; the handler is
-    :func:`run_query` (set as ``func``), which returns the exit code."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--lake", default=None, help="Delta lake root (default: HIR_LAKE or .hir/lake)")
-    common.add_argument("--as-of", dest="as_of", type=dt.date.fromisoformat, default=None, metavar="YYYY-MM-DD",
-                        help="newest publication on or before this run date (default: the newest)")
-    common.add_argument("--version", type=int, default=None, metavar="N",
-                        help="Delta version of node_embeddings to time-travel to (other tables as of its commit)")
-    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
-
-    query = subparsers.add_parser("query", help="query the published tables (no Spark)",
-                                  description="Query the published Delta tables with deltalake + numpy.")
-    sub = query.add_subparsers(dest="query_command", required=True)
-    sim = sub.add_parser("similar", parents=[common], help="entities nearest to an entity (dot product)")
-    sim.add_argument("entity_id")
-    sim.add_argument("--type", default=None, choices=ENTITY_TYPES, help="only entities of this type")
-    sim.add_argument("-k", type=int, default=20, help="number of results (default 20)")
-    clu = sub.add_parser("cluster", parents=[common], help="a cluster's profile, members and neighbours")
-    clu.add_argument("level", type=int)
-    clu.add_argument("cluster_id", type=int)
-    clu.add_argument("--members", type=int, default=20, help="members listed (default 20)")
-    rec = sub.add_parser("recommend", parents=[common], help="items for a user (dot product)")
-    rec.add_argument("user_id")
-    rec.add_argument("-k", type=int, default=20, help="number of results (default 20)")
-    rec.add_argument("--type", dest="types", action="append", choices=ENTITY_TYPES,
-                     help=f"item type to rank, repeatable (default: {', '.join(RECOMMENDABLE_TYPES)})")
-    rec.add_argument("--include-seen", action="store_true", help="keep items the user already interacted with")
-    query.set_defaults(func=run_query)
-    return query
-
-
-def run_query(args: argparse.Namespace, out=None, err=None) -> int:
-    """Run a parsed ``hir query`` command: results on ``out``; on an unknown ID a message on ``err``, exit 2."""
-    out, err = out or sys.stdout, err or sys.stderr
-    try:
-        pub = Publication(args.lake, args.as_of, args.version)
-        if args.query_command == "similar":
-            result: Any = pub.similar(args.entity_id, args.type, args.k)
-        elif args.query_command == "recommend":
-            result = pub.recommend(args.user_id, args.k, tuple(args.types or RECOMMENDABLE_TYPES),
-                                   not args.include_seen)
-        else:
-            result = pub.cluster(args.level, args.cluster_id, args.members)
-    except QueryError as exc:
-        print(f"hir query: {exc}", file=err)
-        return EXIT_UNKNOWN
-    s = pub.snapshot
-    if args.json:
-        payload = {"run_date": str(s.run_date), "model_version": s.model_version, "versions": s.versions,
-                   "result": asdict(result) if isinstance(result, ClusterView) else [asdict(h) for h in result]}
-        print(json.dumps(payload, indent=2), file=out)
-        return 0
-    print(f"# run_date={s.run_date} model_version={s.model_version} "
-          f"node_embeddings@v{s.versions[MARKER_TABLE]} lake={s.lake}", file=out)
-    if isinstance(result, ClusterView):
-        print(f"level {result.level} cluster {result.cluster_id}: {result.label}", file=out)
-        print(f"  parent: {result.parent_cluster_id}  size: {result.size}  children: {result.children}", file=out)
-        print(f"  top members: {', '.join(result.top_members)}", file=out)
-        print("  neighbours: " + ", ".join(f"{c} ({w:.3g})" for c, w in result.neighbours), file=out)
-        for m in result.members:
-            print(f"  {m.confidence:8.4f}  {m.entity_type:<10} {m.entity_id}", file=out)
-    else:
-        for rank, hit in enumerate(result, 1):
-            print(f"{rank:4d}  {hit.score:8.4f}  {hit.entity_type:<10} {hit.entity_id}", file=out)
-    return 0

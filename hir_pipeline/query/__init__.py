@@ -1,0 +1,39 @@
+"""Querying the published tables without Spark (deltalake + numpy): the API and the ``hir query`` command line.
+
+:mod:`hir_pipeline.query.api` resolves a publication and answers :func:`similar`, :func:`cluster` and
+:func:`recommend`; :mod:`hir_pipeline.query.cli` wires them into ``hir query ...``. Both are re-exported here.
+"""
+
+from hir_pipeline.query.api import (
+    MARKER_TABLE,
+    RECOMMENDABLE_TYPES,
+    ClusterView,
+    Hit,
+    Member,
+    Publication,
+    QueryError,
+    Snapshot,
+    UnknownIdError,
+    cluster,
+    recommend,
+    similar,
+)
+from hir_pipeline.query.cli import EXIT_UNKNOWN, add_query_parser, run_query
+
+__all__ = [
+    "EXIT_UNKNOWN",
+    "MARKER_TABLE",
+    "RECOMMENDABLE_TYPES",
+    "ClusterView",
+    "Hit",
+    "Member",
+    "Publication",
+    "QueryError",
+    "Snapshot",
+    "UnknownIdError",
+    "add_query_parser",
+    "cluster",
+    "recommend",
+    "run_query",
+    "similar",
+]

@@ -1,0 +1,90 @@
+"""``hir query similar|cluster|recommend``: the command line over :mod:`hir_pipeline.query.api`.
+
+Results go to stdout as a table (or JSON with ``--json``); an unknown ID or a missing publication prints one
+line on stderr and exits with :data:`EXIT_UNKNOWN`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from hir_pipeline.contracts import ENTITY_TYPES
+from hir_pipeline.query.api import MARKER_TABLE, RECOMMENDABLE_TYPES, ClusterView, Publication, QueryError
+
+#: ``hir query`` exit code for an unknown ID or a missing publication.
+EXIT_UNKNOWN = 2
+
+
+
+
+def add_query_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``query similar|cluster|recommend`` to the ``hir`` command line; the handler is
+    :func:`run_query` (set as ``func``), which returns the exit code."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--lake", default=None, help="Delta lake root (default: HIR_LAKE or .hir/lake)")
+    common.add_argument("--as-of", dest="as_of", type=dt.date.fromisoformat, default=None, metavar="YYYY-MM-DD",
+                        help="newest publication on or before this run date (default: the newest)")
+    common.add_argument("--version", type=int, default=None, metavar="N",
+                        help="Delta version of node_embeddings to time-travel to (other tables as of its commit)")
+    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    query = subparsers.add_parser("query", help="query the published tables (no Spark)",
+                                  description="Query the published Delta tables with deltalake + numpy.")
+    sub = query.add_subparsers(dest="query_command", required=True)
+    sim = sub.add_parser("similar", parents=[common], help="entities nearest to an entity (dot product)")
+    sim.add_argument("entity_id")
+    sim.add_argument("--type", default=None, choices=ENTITY_TYPES, help="only entities of this type")
+    sim.add_argument("-k", type=int, default=20, help="number of results (default 20)")
+    clu = sub.add_parser("cluster", parents=[common], help="a cluster's profile, members and neighbours")
+    clu.add_argument("level", type=int)
+    clu.add_argument("cluster_id", type=int)
+    clu.add_argument("--members", type=int, default=20, help="members listed (default 20)")
+    rec = sub.add_parser("recommend", parents=[common], help="items for a user (dot product)")
+    rec.add_argument("user_id")
+    rec.add_argument("-k", type=int, default=20, help="number of results (default 20)")
+    rec.add_argument("--type", dest="types", action="append", choices=ENTITY_TYPES,
+                     help=f"item type to rank, repeatable (default: {', '.join(RECOMMENDABLE_TYPES)})")
+    rec.add_argument("--include-seen", action="store_true", help="keep items the user already interacted with")
+    query.set_defaults(func=run_query)
+    return query
+
+
+def run_query(args: argparse.Namespace, out=None, err=None) -> int:
+    """Run a parsed ``hir query`` command: results on ``out``; on an unknown ID a message on ``err``, exit 2."""
+    out, err = out or sys.stdout, err or sys.stderr
+    try:
+        pub = Publication(args.lake, args.as_of, args.version)
+        if args.query_command == "similar":
+            result: Any = pub.similar(args.entity_id, args.type, args.k)
+        elif args.query_command == "recommend":
+            result = pub.recommend(args.user_id, args.k, tuple(args.types or RECOMMENDABLE_TYPES),
+                                   not args.include_seen)
+        else:
+            result = pub.cluster(args.level, args.cluster_id, args.members)
+    except QueryError as exc:
+        print(f"hir query: {exc}", file=err)
+        return EXIT_UNKNOWN
+    s = pub.snapshot
+    if args.json:
+        payload = {"run_date": str(s.run_date), "model_version": s.model_version, "versions": s.versions,
+                   "result": asdict(result) if isinstance(result, ClusterView) else [asdict(h) for h in result]}
+        print(json.dumps(payload, indent=2), file=out)
+        return 0
+    print(f"# run_date={s.run_date} model_version={s.model_version} "
+          f"node_embeddings@v{s.versions[MARKER_TABLE]} lake={s.lake}", file=out)
+    if isinstance(result, ClusterView):
+        print(f"level {result.level} cluster {result.cluster_id}: {result.label}", file=out)
+        print(f"  parent: {result.parent_cluster_id}  size: {result.size}  children: {result.children}", file=out)
+        print(f"  top members: {', '.join(result.top_members)}", file=out)
+        print("  neighbours: " + ", ".join(f"{c} ({w:.3g})" for c, w in result.neighbours), file=out)
+        for m in result.members:
+            print(f"  {m.confidence:8.4f}  {m.entity_type:<10} {m.entity_id}", file=out)
+    else:
+        for rank, hit in enumerate(result, 1):
+            print(f"{rank:4d}  {hit.score:8.4f}  {hit.entity_type:<10} {hit.entity_id}", file=out)
+    return 0

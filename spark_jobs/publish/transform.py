@@ -1,0 +1,330 @@
+"""Publish, transform: the model's internal tables -> the four published tables of the output contract.
+
+Inputs (one run date): ``model_outputs`` (per entity: embedding, top-1 model cluster per level, confidence),
+``model_hierarchy`` (per level and model cluster: parent, prototype), bronze ``entities`` (text for labels),
+``graph_edges`` (for the super-graph) and, when there is one, the previous publication (for stable IDs).
+
+Heavy work stays in Spark: cluster sizes, term counts and the super-graph are aggregated to per-cluster rows;
+only those (clusters x terms) reach the driver, where :mod:`hir_pipeline.publish.labels` picks the labels. The
+published cluster IDs come from :mod:`spark_jobs.publish.matching`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
+from hir_pipeline.publish.labels import MIN_TERM_LENGTH, SPLIT_PATTERN, STOPWORDS, TERM_PATTERN, make_label, tfidf_terms
+from hir_pipeline.publish.stable_ids import MatchConfig, StableHierarchy
+from spark_jobs.publish.matching import ClusterIds, stable_mapping
+
+#: Column order of each published table (the contract's key columns first, extras after).
+NODE_EMBEDDING_COLUMNS = ("entity_id", "entity_type", "embedding", "has_view", "model_version", "run_date")
+ASSIGNMENT_COLUMNS = ("entity_id", "entity_type", "level", "cluster_id", "confidence", "model_version", "run_date")
+SUPERGRAPH_COLUMNS = ("level", "src_cluster", "dst_cluster", "weight", "n_edges", "model_version", "run_date")
+PROFILE_COLUMNS = ("level", "cluster_id", "parent_cluster_id", "size", "label", "top_members", "label_terms",
+                   "size_by_type", "prototype", "match", "model_version", "run_date")
+
+
+@dataclass(frozen=True)
+class PublishSettings:
+    """How the publication is built.
+
+    Args:
+        match: thresholds of the stable-ID matching.
+        top_members: entity IDs listed per cluster in ``cluster_profiles.top_members``.
+        top_member_types: entity types eligible as top members (content entities by default: user IDs say
+            nothing to a reader and are personal data).
+        label_terms: TF-IDF terms in a cluster label.
+        max_terms_per_cluster: most frequent terms per cluster brought to the driver for TF-IDF (document
+            frequencies are computed over all terms in Spark).
+        supergraph_edge_types: ``graph_edges.edge_type`` values aggregated into the super-graph (None: all).
+    """
+
+    match: MatchConfig = field(default_factory=MatchConfig)
+    top_members: int = 10
+    top_member_types: tuple[str, ...] = CONTENT_ENTITY_TYPES
+    label_terms: int = 3
+    max_terms_per_cluster: int = 200
+    supergraph_edge_types: tuple[str, ...] | None = None
+
+
+@dataclass
+class PublishInputs:
+    """Everything a publication of one run date is built from (lazy DataFrames).
+
+    Attributes:
+        model_outputs: ``model_outputs`` rows of the run date.
+        model_hierarchy: ``model_hierarchy`` rows of the run date.
+        entities: bronze entities (``entity_id, title, description``) for the labels.
+        edges: ``graph_edges`` rows to aggregate into the super-graph.
+        previous_assignments: ``cluster_assignments`` of the previous publication (None: first one).
+        previous_profiles: ``cluster_profiles`` of the previous publication.
+        previous_date: run date of the previous publication (reported only).
+        next_ids: per level the first ID never published on an earlier date
+            (:func:`spark_jobs.publish.matching.next_cluster_ids`); missing levels start at 0.
+        n_levels: levels of the hierarchy (reported only; set by :func:`spark_jobs.publish.io.read_inputs`).
+        edges_date: run date of the ``graph_edges`` snapshot (reported only; the latest on or before the run date).
+    """
+
+    model_outputs: DataFrame
+    model_hierarchy: DataFrame
+    entities: DataFrame
+    edges: DataFrame
+    previous_assignments: DataFrame | None = None
+    previous_profiles: DataFrame | None = None
+    previous_date: dt.date | None = None
+    next_ids: Sequence[int] = ()
+    n_levels: int | None = None
+    edges_date: dt.date | None = None
+
+
+@dataclass
+class Publication:
+    """The four tables of one run date (lazy DataFrames) and how their cluster IDs were decided.
+
+    Attributes:
+        tables: table name -> DataFrame with that table's columns.
+        stable: published IDs, parents and stability per level.
+        model_version: the published model version.
+        previous_run_date: run date of the publication the IDs were matched to (None: first one).
+    """
+
+    tables: dict[str, DataFrame]
+    stable: StableHierarchy
+    model_version: str
+    previous_run_date: dt.date | None
+
+
+# --- model outputs, long form --------------------------------------------------------------------
+
+
+def long_assignments(model_outputs: DataFrame) -> DataFrame:
+    """One row per entity and level: ``entity_id, entity_type, level, model_cluster_id, confidence``."""
+    zipped = F.arrays_zip(F.col("cluster_ids").alias("c"), F.col("confidences").alias("p"))
+    return model_outputs.select("entity_id", "entity_type", F.posexplode(zipped).alias("level", "z")).select(
+        "entity_id", "entity_type", F.col("level").cast("int").alias("level"),
+        F.col("z.c").cast("int").alias("model_cluster_id"), F.col("z.p").cast("float").alias("confidence"),
+    )
+
+
+def model_version_of(model_outputs: DataFrame) -> str:
+    """The single model version of a run date's ``model_outputs`` (several versions are an error)."""
+    versions = [r[0] for r in model_outputs.select("model_version").distinct().collect()]
+    if len(versions) != 1:
+        raise ValueError(f"expected one model_version in model_outputs, found {sorted(map(str, versions))}")
+    return str(versions[0])
+
+
+# --- the four tables -----------------------------------------------------------------------------
+
+
+def node_embeddings(model_outputs: DataFrame, run_date: dt.date) -> DataFrame:
+    """``node_embeddings``: the model's (already L2-normalised) embedding of every entity."""
+    has_view = F.col("has_view") if "has_view" in model_outputs.columns else F.lit(None).cast("boolean")
+    return model_outputs.select(
+        "entity_id", "entity_type", F.col("embedding").cast("array<float>").alias("embedding"),
+        has_view.alias("has_view"), F.col("model_version").cast("string").alias("model_version"),
+        F.lit(run_date).cast("date").alias("run_date"),
+    )
+
+
+def cluster_assignments(new_long: DataFrame, mapping: DataFrame, model_version: str, run_date: dt.date) -> DataFrame:
+    """``cluster_assignments``: every entity at every level, with its published cluster and confidence.
+
+    Args:
+        new_long: :func:`long_assignments` of the model outputs.
+        mapping: :attr:`ClusterIds.table` (model cluster -> published ID).
+        model_version: written on every row.
+        run_date: written on every row.
+    """
+    ids = F.broadcast(mapping.select("level", "model_cluster_id", "cluster_id"))
+    return new_long.join(ids, ["level", "model_cluster_id"]).select(
+        "entity_id", "entity_type", "level", "cluster_id", "confidence",
+        F.lit(model_version).alias("model_version"), F.lit(run_date).cast("date").alias("run_date"),
+    )
+
+
+def interest_supergraph(
+    edges: DataFrame,
+    assignments: DataFrame,
+    model_version: str,
+    run_date: dt.date,
+    edge_types: Sequence[str] | None = None,
+) -> DataFrame:
+    """``interest_supergraph``: per level, the summed weight of graph edges between members of two clusters.
+
+    ``graph_edges`` stores every edge in both directions, so the super-graph is symmetric; ``src == dst``
+    rows carry the weight inside a cluster.
+
+    Args:
+        edges: ``graph_edges`` rows of the run date (``src_id, dst_id, edge_type, weight``).
+        assignments: :func:`cluster_assignments` (published IDs).
+        model_version: written on every row.
+        run_date: written on every row.
+        edge_types: keep only these edge types (None: all).
+    """
+    if edge_types is not None:
+        edges = edges.where(F.col("edge_type").isin(list(edge_types)))
+    a = assignments.select("entity_id", "level", "cluster_id")
+    src = a.select(F.col("entity_id").alias("src_id"), "level", F.col("cluster_id").alias("src_cluster"))
+    dst = a.select(F.col("entity_id").alias("dst_id"), "level", F.col("cluster_id").alias("dst_cluster"))
+    joined = edges.select("src_id", "dst_id", "weight").join(src, "src_id").join(dst, ["dst_id", "level"])
+    return joined.groupBy("level", "src_cluster", "dst_cluster").agg(
+        F.sum("weight").alias("weight"), F.count(F.lit(1)).alias("n_edges"),
+    ).select(
+        "level", "src_cluster", "dst_cluster", F.col("weight").cast("double"), F.col("n_edges").cast("long"),
+        F.lit(model_version).alias("model_version"), F.lit(run_date).cast("date").alias("run_date"),
+    )
+
+
+def term_counts(assignments: DataFrame, entities: DataFrame, max_terms: int) -> tuple[list, list]:
+    """Per (level, cluster) term counts of the members' titles and descriptions, and per-level document
+    frequencies; tokenized in Spark exactly like :func:`hir_pipeline.publish.labels.tokenize`.
+
+    Returns:
+        ``(counts, doc_freq)`` rows: ``(level, cluster_id, term, n)`` (each cluster's ``max_terms`` most
+        frequent terms) and ``(level, term, df)``.
+    """
+    text = F.lower(F.concat_ws(" ", F.col("title"), F.col("description")))
+    terms = entities.select("entity_id", F.explode(F.split(text, SPLIT_PATTERN)).alias("term")).where(
+        (F.length("term") >= MIN_TERM_LENGTH) & F.col("term").rlike(TERM_PATTERN)
+        & ~F.col("term").isin(sorted(STOPWORDS))
+    )
+    counts = assignments.select("entity_id", "level", "cluster_id").join(terms, "entity_id") \
+        .groupBy("level", "cluster_id", "term").agg(F.count(F.lit(1)).alias("n")).persist()
+    rank = F.row_number().over(Window.partitionBy("level", "cluster_id").orderBy(F.desc("n"), "term"))
+    top = counts.withColumn("_rank", rank).where(F.col("_rank") <= max_terms).drop("_rank").collect()
+    df = counts.groupBy("level", "term").agg(F.count(F.lit(1)).alias("df")).collect()
+    counts.unpersist()
+    return top, df
+
+
+def cluster_labels(
+    assignments: DataFrame, entities: DataFrame, clusters_per_level: Sequence[int], n_terms: int, max_terms: int
+) -> dict[tuple[int, int], list[str]]:
+    """(level, published cluster) -> top TF-IDF terms of its members' text.
+
+    Args:
+        assignments: published assignments (``entity_id, level, cluster_id``).
+        entities: ``entity_id, title, description``.
+        clusters_per_level: number of published clusters per level (the idf's document count).
+        n_terms: terms per label.
+        max_terms: most frequent terms per cluster brought to the driver.
+    """
+    top, df_rows = term_counts(assignments, entities, max_terms)
+    by_level: dict[int, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
+    for level, cluster, term, n in top:
+        by_level[int(level)][int(cluster)][term] = int(n)
+    doc_freq: dict[int, dict[str, int]] = defaultdict(dict)
+    for level, term, n in df_rows:
+        doc_freq[int(level)][term] = int(n)
+    out: dict[tuple[int, int], list[str]] = {}
+    for level, counts in by_level.items():
+        n_docs = clusters_per_level[level] if level < len(clusters_per_level) else len(counts)
+        terms = tfidf_terms(counts, n_terms, doc_freq[level], n_docs)
+        out.update({(level, c): t for c, t in terms.items()})
+    return out
+
+
+def cluster_profiles(
+    spark: SparkSession,
+    assignments: DataFrame,
+    ids: ClusterIds,
+    hierarchy: DataFrame,
+    entities: DataFrame,
+    model_version: str,
+    run_date: dt.date,
+    settings: PublishSettings,
+) -> DataFrame:
+    """``cluster_profiles``: per published cluster its parent, size (members at its level), size by entity
+    type, label (top TF-IDF terms of its members' text), top members (highest confidence, content types),
+    prototype (kept for the next version's stable-ID fallback) and how its ID was decided (``match``).
+
+    Args:
+        spark: session for the small label table.
+        assignments: :func:`cluster_assignments` (published IDs).
+        ids: :func:`stable_mapping`'s decisions (which clusters are published) and their table (model cluster
+            -> published ID, parent, match).
+        hierarchy: ``model_hierarchy`` rows (prototypes, by model cluster).
+        entities: ``entity_id, title, description`` for the labels.
+        model_version: written on every row.
+        run_date: written on every row.
+        settings: label and top-member settings.
+    """
+    published = [sorted(level.mapping.values()) for level in ids.stable.levels]
+    labels = cluster_labels(assignments, entities, [len(ids) for ids in published], settings.label_terms,
+                            settings.max_terms_per_cluster)
+    keys = [(lvl, cid) for lvl, ids in enumerate(published) for cid in ids]
+    label_rows = [(lvl, cid, make_label(labels.get((lvl, cid), []), lvl, cid), labels.get((lvl, cid), []))
+                  for lvl, cid in keys]
+    label_df = spark.createDataFrame(label_rows, "level int, cluster_id int, label string, label_terms array<string>")
+    by_type = assignments.groupBy("level", "cluster_id", "entity_type").count().groupBy("level", "cluster_id").agg(
+        F.sum("count").alias("size"), F.map_from_entries(F.collect_list(F.struct("entity_type", "count"))).alias(
+            "size_by_type"))
+    rank = F.row_number().over(Window.partitionBy("level", "cluster_id").orderBy(F.desc("confidence"), "entity_id"))
+    top = (
+        assignments.where(F.col("entity_type").isin(list(settings.top_member_types)))
+        .withColumn("_rank", rank).where(F.col("_rank") <= settings.top_members)
+        .groupBy("level", "cluster_id")
+        .agg(F.sort_array(F.collect_list(F.struct("_rank", "entity_id"))).alias("_top"))
+        .select("level", "cluster_id", F.transform("_top", lambda s: s["entity_id"]).alias("top_members"))
+    )
+    protos = hierarchy.select("level", F.col("cluster_id").alias("model_cluster_id"),
+                              F.col("prototype").cast("array<float>").alias("prototype"))
+    return (
+        F.broadcast(ids.table).join(protos, ["level", "model_cluster_id"], "left")
+        .join(label_df, ["level", "cluster_id"], "left")
+        .join(by_type, ["level", "cluster_id"], "left")
+        .join(top, ["level", "cluster_id"], "left")
+        .select(
+            "level", "cluster_id", "parent_cluster_id", F.coalesce("size", F.lit(0)).cast("long").alias("size"),
+            "label", "label_terms",
+            F.coalesce("top_members", F.array().cast("array<string>")).alias("top_members"),
+            F.coalesce("size_by_type", F.create_map().cast("map<string,bigint>")).alias("size_by_type"),
+            "prototype", "match", F.lit(model_version).alias("model_version"),
+            F.lit(run_date).cast("date").alias("run_date"),
+        )
+        .select(*PROFILE_COLUMNS)
+    )
+
+
+def build_publication(spark: SparkSession, inputs: PublishInputs, run_date: dt.date,
+                      settings: PublishSettings | None = None) -> Publication:
+    """The four published tables of ``run_date``.
+
+    Args:
+        spark: the session.
+        inputs: the model's tables of the run date, the entities, the edges and the previous publication
+            (:func:`spark_jobs.publish.io.read_inputs` reads them from the lake).
+        run_date: written on every row.
+        settings: see :class:`PublishSettings`.
+
+    The returned DataFrames depend on a persisted long form of ``model_outputs``; call
+    ``publication.tables[...].sparkSession.catalog.clearCache()`` or let the session end to free it.
+    """
+    settings = settings or PublishSettings()
+    version = model_version_of(inputs.model_outputs)
+    new_long = long_assignments(inputs.model_outputs).persist()
+    hierarchy = inputs.model_hierarchy.select("level", "cluster_id", "parent_cluster_id", "prototype")
+    # next_ids shorter than the hierarchy means 0 for the missing levels (stabilize pads)
+    ids = stable_mapping(spark, new_long, hierarchy, inputs.previous_assignments, inputs.previous_profiles,
+                         list(inputs.next_ids), settings.match)
+    assignments = cluster_assignments(new_long, ids.table, version, run_date)
+    tables = {
+        "node_embeddings": node_embeddings(inputs.model_outputs, run_date),
+        "cluster_assignments": assignments,
+        "interest_supergraph": interest_supergraph(inputs.edges, assignments, version, run_date,
+                                                   settings.supergraph_edge_types),
+        "cluster_profiles": cluster_profiles(spark, assignments, ids, hierarchy, inputs.entities, version,
+                                             run_date, settings),
+    }
+    return Publication(tables=tables, stable=ids.stable, model_version=version,
+                       previous_run_date=inputs.previous_date)
