@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, StringType
 
 from hir_pipeline.contracts import (
     DEFAULT_FUNNEL,
@@ -23,7 +22,7 @@ from hir_pipeline.contracts import (
     SOURCE_TABLES,
     QuarantineReason,
 )
-from spark_jobs.source_reader import RAW_COLUMN
+from spark_jobs.source_reader import RAW_COLUMN, as_timestamp
 
 R = QuarantineReason
 REASON, DETAIL = "_reason", "_detail"
@@ -44,16 +43,6 @@ class EventWindow:
     @classmethod
     def day(cls, day: dt.date) -> EventWindow:
         return cls(end=day, start=day)
-
-
-def as_timestamp(df: DataFrame, name: str) -> Column:
-    """The column as a UTC timestamp; unparseable strings become null (never an error)."""
-    dtype = df.schema[name].dataType
-    if isinstance(dtype, StringType):
-        return F.try_to_timestamp(F.col(name))
-    if isinstance(dtype, DateType):
-        return F.col(name).cast("timestamp")
-    return F.col(name).cast("timestamp")
 
 
 def _first_missing(table: str) -> Column:
