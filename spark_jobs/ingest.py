@@ -198,7 +198,7 @@ def accepted(labelled: DataFrame, table: str) -> DataFrame:
 
 
 def quarantined(labelled: DataFrame, table: str, run_date: dt.date) -> DataFrame:
-    """Quarantined rows in the ``quarantine`` table's schema (contracts.QUARANTINE_DDL)."""
+    """Quarantined rows in the ``quarantine`` table's schema: ``source_table, reason, detail, raw, run_date``."""
     return labelled.where(F.col(REASON).isNotNull()).select(
         F.lit(table).alias("source_table"),
         F.col(REASON).alias("reason"),
