@@ -12,9 +12,9 @@ from pyspark.sql import functions as F
 
 from assets.knowledge import CHECK_QUALITY, content_embeddings
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
-from hir_pipeline.embedding.tiny import build_tiny_image_model, build_tiny_text_model
 from spark_jobs.delta_io import latest_version, read_table
 from tests.assets.conftest import RUN_DATE, make_resources
+from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
 
 def copy_lake(resources: dict, spark, dest: Path) -> dict:

@@ -12,10 +12,10 @@ import pytest
 
 from assets import ASSET_MODULES
 from hir_pipeline.contracts import OUTPUT_TABLES
-from hir_pipeline.embedding.tiny import build_tiny_text_model
 from resources import GraphSettingsResource
 from spark_jobs.delta_io import read_table
 from tests.assets.conftest import RUN_DATE, ingestion_run_config, make_resources
+from tests.tiny_models import build_tiny_text_model
 
 pytestmark = pytest.mark.slow
 

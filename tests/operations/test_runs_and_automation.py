@@ -68,7 +68,7 @@ def nightly(spark, ops_source, tmp_path_factory) -> Nightly:
     from assets import ASSET_MODULES
     from assets.automation import upstream_refresh_sensor, with_upstream_refresh
     from hir_pipeline.definitions import build_definitions
-    from hir_pipeline.embedding.tiny import build_tiny_image_model, build_tiny_text_model
+    from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
     root = tmp_path_factory.mktemp("ops-runs")
     with pytest.MonkeyPatch.context() as mp:

@@ -46,7 +46,7 @@ def _selection() -> tuple[str, list[str]]:
 def test_ingestion_graph_and_embeddings_run_on_a_standalone_cluster(cluster, ops_source, tmp_path):
     from deltalake import DeltaTable
 
-    from hir_pipeline.embedding.tiny import build_tiny_image_model, build_tiny_text_model
+    from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
     selection, names = _selection()
     config = {"ops": {"bronze_tables": {"config": {"window": "all"}}}}
