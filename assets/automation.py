@@ -23,7 +23,7 @@ Wiring (in ``hir_pipeline/definitions.py``)::
     return dg.Definitions(..., sensors=[upstream_refresh_sensor])
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import dagster as dg
 
@@ -72,12 +72,6 @@ def with_upstream_refresh(
         return spec.replace_attributes(automation_condition=condition)
 
     return [a.map_asset_specs(apply) if isinstance(a, dg.AssetsDefinition) else a for a in assets]
-
-
-def automated_keys(assets: Sequence[dg.AssetsDefinition]) -> set[dg.AssetKey]:
-    """Keys of the assets that carry an automation condition (for logs and tests)."""
-    return {spec.key for a in assets if isinstance(a, dg.AssetsDefinition)
-            for spec in a.specs if spec.automation_condition is not None}
 
 
 #: Evaluates the conditions of every asset every ``minimum_interval_seconds`` in the daemon (``dagster dev`` or

@@ -1,4 +1,4 @@
-"""Graph: the typed, weighted, time-decayed interaction graph and its sampled training views (issue 3).
+"""Graph: the typed, weighted, time-decayed interaction graph and its sampled training views.
 
 ``graph_edges`` -> ``graph_nodes`` -> ``graph_views`` wrap :mod:`spark_jobs.graph`; each reads its inputs from
 the lake and writes one Delta table. All three read the graph settings from one resource, ``graph_settings``

@@ -1,4 +1,4 @@
-"""Knowledge: world-knowledge content embeddings of ads, products, advertisers, campaigns and categories (issue 4).
+"""Knowledge: world-knowledge content embeddings of ads, products, advertisers, campaigns and categories.
 
 ``content_embeddings`` wraps :func:`spark_jobs.content_embeddings.embed_content` (Spark Arrow batch inference,
 models loaded once per Python worker). The table holds **one current snapshot**, one row per content entity, not

@@ -7,8 +7,8 @@ One process, same machine, same MiniLM model and the same product-like texts:
 3. the same call again with the first snapshot as ``previous`` (a nightly run over unchanged data);
 4. every title edited, same session: all rows re-embedded by already-warm Python workers.
 
-The first Spark run pays each Python worker's cold start (importing torch + transformers is ~8 s of CPU per
-process on this machine, plus model loading); the baseline's model is loaded before its clock starts. Run 4
+The first Spark run pays each Python worker's cold start (importing torch + transformers and loading the
+models in every process); the baseline's model is loaded before its clock starts. Run 4
 shows the steady-state throughput without that one-off cost.
 
 Targets: Spark path >= 1.0x the baseline's entities/s; second run <= 10% of the first run's time. Text-only
@@ -19,7 +19,7 @@ bfloat16, such as AVX512-BF16 CPUs); ``encode`` runs as users call it, in float3
 is also timed under the asset's precision, so the table separates the gain of the precision from the cost of
 Spark (``ratio_vs_encode_same_precision``).
 
-Usage: ``python benchmarks/embedding_throughput.py [--n 20000] [--json PATH]`` (the first run pays ~20 s of worker
+Usage: ``python benchmarks/embedding_throughput.py [--n 20000] [--json PATH]`` (the first run pays the workers'
 cold start - JVM warm-up, importing torch + transformers, loading models - so small ``--n`` measures mostly that).
 """
 

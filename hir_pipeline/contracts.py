@@ -84,8 +84,6 @@ class QuarantineReason:
     DUPLICATE_RELATION = "duplicate_relation"
 
 
-QUARANTINE_DDL = "source_table string, reason string, detail string, raw string, run_date date"
-
 #: Output tables (ARCHITECTURE.md "Output contract"); every one is partitioned by run_date.
 OUTPUT_TABLES: tuple[str, ...] = (
     "node_embeddings",

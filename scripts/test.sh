@@ -10,10 +10,10 @@ if [ -x scripts/install_test_services.sh ]; then
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1   # models load from installed packages only
 # Two pytest workers, one test file each at a time: much of the suite waits on other processes (Spark JVMs,
-# Dagster webserver/daemon/run workers, PostgreSQL), so two files overlap well on 2 cores (three were slower:
-# 26 min vs 21.5, the heavy files then compete for the CPU). Files are handed out
-# longest first (tests/conftest.py, from tests/durations.json), not xdist's default "most tests first", which
-# left the few-test, multi-minute files (operations, end-to-end) for the end.
+# Dagster webserver/daemon/run workers, PostgreSQL), so two files overlap well on 2 cores (three were slower: the
+# heavy files then compete for the CPU; docs/results.md). Files are handed out longest first (tests/conftest.py,
+# from tests/durations.json), not xdist's default "most tests first", which left the few-test, multi-minute files
+# (operations, end-to-end) for the end.
 # HIR_TEST_WORKERS=0 runs everything in one process.
 exec .venv/bin/pytest -q --timeout=1200 -n "${HIR_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
   --durations=25 "$@"

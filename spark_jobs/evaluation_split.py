@@ -23,8 +23,6 @@ from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import DEFAULT_FUNNEL, EVENT_DATE_COLUMN
 
-#: Columns of :attr:`EvaluationSplit.targets`.
-TARGET_COLUMNS = ("user_id", "entity_id", "split")
 WARM, COLD = "warm", "cold"
 
 

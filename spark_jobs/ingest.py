@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, StringType
 
 from hir_pipeline.contracts import (
     DEFAULT_FUNNEL,
@@ -25,7 +24,7 @@ from hir_pipeline.contracts import (
     QuarantineReason,
 )
 from spark_jobs.delta_io import read_run_date, read_table
-from spark_jobs.source_reader import RAW_COLUMN
+from spark_jobs.source_reader import RAW_COLUMN, as_timestamp
 
 R = QuarantineReason
 REASON, DETAIL = "_reason", "_detail"
@@ -87,16 +86,6 @@ def events_read(raw: DataFrame, window: EventWindow) -> DataFrame:
     missing or unparseable (it cannot be placed on a day, so every run reads and quarantines it)."""
     ts = as_timestamp(raw, "event_ts")
     return raw.where(ts.isNull() | window.contains(F.to_date(ts)))
-
-
-def as_timestamp(df: DataFrame, name: str) -> Column:
-    """The column as a UTC timestamp; unparseable strings become null (never an error)."""
-    dtype = df.schema[name].dataType
-    if isinstance(dtype, StringType):
-        return F.try_to_timestamp(F.col(name))
-    if isinstance(dtype, DateType):
-        return F.col(name).cast("timestamp")
-    return F.col(name).cast("timestamp")
 
 
 def _first_missing(table: str) -> Column:
@@ -252,7 +241,7 @@ def accepted(labelled: DataFrame, table: str) -> DataFrame:
 
 
 def quarantined(labelled: DataFrame, table: str, run_date: dt.date) -> DataFrame:
-    """Quarantined rows in the ``quarantine`` table's schema (contracts.QUARANTINE_DDL)."""
+    """Quarantined rows in the ``quarantine`` table's schema: ``source_table, reason, detail, raw, run_date``."""
     return labelled.where(F.col(REASON).isNotNull()).select(
         F.lit(table).alias("source_table"),
         F.col(REASON).alias("reason"),

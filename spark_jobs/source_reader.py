@@ -12,8 +12,9 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, StringType
 
 from hir_pipeline.contracts import SOURCE_TABLES
 
@@ -98,9 +99,17 @@ def read_source(spark: SparkSession, root: str) -> dict[str, DataFrame]:
     return tables
 
 
+def as_timestamp(df: DataFrame, name: str) -> Column:
+    """The column as a UTC timestamp; unparseable strings become null (never an error)."""
+    dtype = df.schema[name].dataType
+    if isinstance(dtype, StringType):
+        return F.try_to_timestamp(F.col(name))
+    if isinstance(dtype, DateType):
+        return F.col(name).cast("timestamp")
+    return F.col(name).cast("timestamp")
+
+
 def latest_event_date(events: DataFrame) -> dt.date | None:
     """The UTC date of the latest parseable ``event_ts`` (what a backfill runs *as of*), or None."""
-    from spark_jobs.ingest import as_timestamp
-
     row = events.select(F.max(F.to_date(as_timestamp(events, "event_ts"))).alias("d")).first()
     return None if row is None else row["d"]

@@ -43,9 +43,6 @@ MOVIELENS_MEMBERS: dict[str, str] = {
 FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
 #: Where the Debian package puts the idx files, relative to the extraction root.
 FASHION_MNIST_SUBDIR = Path("usr/share/datasets/fashion-mnist")
-FASHION_MNIST_CLASSES: tuple[str, ...] = (
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
-)
 
 
 class DataUnavailable(RuntimeError):
@@ -187,8 +184,7 @@ def load_fashion_mnist(folder: Path, split: str = "train") -> tuple[np.ndarray, 
         split: ``"train"`` (60,000 images) or ``"t10k"`` (10,000).
 
     Returns:
-        ``(images, labels)``: uint8 ``[N, 28, 28]`` and uint8 ``[N]`` (class index into
-        :data:`FASHION_MNIST_CLASSES`).
+        ``(images, labels)``: uint8 ``[N, 28, 28]`` and uint8 ``[N]`` (class index 0-9).
     """
     if split not in ("train", "t10k"):
         raise ValueError(f"split must be 'train' or 't10k', got {split!r}")

@@ -118,7 +118,7 @@ def ranking_rows(scorers: Sequence[Scorer], data: EvalData, k: int,
 
 
 def target_ratios(rows: Sequence[MetricRow], k: int, method: str = "hir") -> list[MetricRow]:
-    """The issue's target ratios: warm Recall@k over the best baseline's, cold Recall@k over content-only's.
+    """Target ratios: warm Recall@k over the best baseline's, cold Recall@k over content-only's.
 
     Args:
         rows: ranking rows of all methods.

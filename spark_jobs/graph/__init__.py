@@ -1,4 +1,4 @@
-"""The typed, weighted, time-decayed interaction graph and its sampled views (issue 3).
+"""The typed, weighted, time-decayed interaction graph and its sampled views.
 
 ``build_edges`` -> ``build_nodes`` -> ``build_views`` produce the ``graph_edges``, ``graph_nodes`` and
 ``graph_views`` tables of ``hir_pipeline.contracts``; ``update_views`` is the nightly increment,

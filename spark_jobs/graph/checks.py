@@ -60,12 +60,3 @@ def check_distance_matrices(views: DataFrame) -> CheckResult:
     meta = {k: int(v) for k, v in counts.first().asDict().items()}
     return not any(meta.values()), meta
 
-
-def run_all(nodes: DataFrame, edges: DataFrame, views: DataFrame) -> dict[str, CheckResult]:
-    """Every check, by name."""
-    return {
-        "no_dangling_edges": check_no_dangling_edges(nodes, edges),
-        "weights_finite_positive": check_weights_finite_positive(edges),
-        "anchor_first": check_anchor_first(views),
-        "distance_matrices": check_distance_matrices(views),
-    }

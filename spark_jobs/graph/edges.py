@@ -19,10 +19,6 @@ from hir_pipeline.contracts import EVENT_DATE_COLUMN, edge_type_vocabulary
 from spark_jobs.graph.config import GraphConfig
 from spark_jobs.graph.index import index_entities
 
-#: Column order of the ``graph_edges`` table (contracts.py, "Graph tables").
-EDGE_COLUMNS = ("src_idx", "dst_idx", "src_id", "dst_id", "edge_type", "edge_type_id", "weight", "n_events",
-                "run_date")
-
 
 def relation_types(relations: DataFrame) -> tuple[str, ...]:
     """Distinct relation names, sorted (a handful of strings: collected to the driver)."""

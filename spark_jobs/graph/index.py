@@ -13,9 +13,8 @@ def index_entities(entities: DataFrame) -> DataFrame:
 
     The index depends only on the set of entity ids, so :func:`~spark_jobs.graph.edges.build_edges` and
     :func:`~spark_jobs.graph.nodes.build_nodes` compute the same one independently. The global window runs
-    in one task; that is a sort of N short strings (about 1 s per million entities), far below the
-    cost of the event aggregation, and it avoids the partition-offset bookkeeping that a multi-task
-    dense index would need.
+    in one task; that is a sort of N short strings, far below the cost of the event aggregation, and it avoids
+    the partition-offset bookkeeping that a multi-task dense index would need.
 
     Args:
         entities: bronze entities (``entity_id`` unique, ``entity_type`` in ``contracts.ENTITY_TYPES``).

@@ -22,14 +22,13 @@ anchors in numpy. The work per anchor is bounded (fan-outs x ``hub_cap`` candida
 ``max_view_nodes`` members), so the stage is linear in the anchors plus one sort of the edges on the driver.
 An earlier version did the sampling as Spark joins and windows hop by hop; at 10^7 events it shuffled about
 10^8 candidate rows at hop 2 (anchors x 16 x ``hub_cap``) plus the members x pairs x members join for the
-induced edges, and took 20x longer than building the graph.
+induced edges, and took far longer than building the graph.
 
 Memory limit of this design: the broadcast graph takes about ``26 N + 12 A + 6 P`` bytes (N nodes,
-A <= N x ``hub_cap`` sampling-adjacency entries, P undirected connected pairs, about half the edges): 77 MB
-for the 10^7-event benchmark graph (203 k nodes, 9.2 M edges: 4.0 M sampling entries, 4.6 M pairs). The
-driver holds it (and, while collecting, the Arrow tables it came from, about twice that), and every Python
-worker holds one copy. That is fine up to some 10^8 edges; beyond that the graph would have to be partitioned
-(e.g. by anchor neighbourhood) instead of broadcast.
+A <= N x ``hub_cap`` sampling-adjacency entries, P undirected connected pairs, about half the edges); its size
+for the benchmark graphs is in docs/results.md. The driver holds it (and, while collecting, the Arrow tables it
+came from, about twice that), and every Python worker holds one copy. That is fine up to some 10^8 edges; beyond
+that the graph would have to be partitioned (e.g. by anchor neighbourhood) instead of broadcast.
 
 Hubs are capped twice: a node offers at most ``hub_cap`` candidate neighbours (its own seeded weighted
 sample, drawn once per node in :func:`sampling_adjacency`), and a view holds at most ``max_view_nodes``

@@ -25,10 +25,7 @@ from hir_pipeline.publish.labels import MIN_TERM_LENGTH, SPLIT_PATTERN, STOPWORD
 from hir_pipeline.publish.stable_ids import MatchConfig, StableHierarchy
 from spark_jobs.publish.matching import ClusterIds, stable_mapping
 
-#: Column order of each published table (the contract's key columns first, extras after).
-NODE_EMBEDDING_COLUMNS = ("entity_id", "entity_type", "embedding", "has_view", "model_version", "run_date")
-ASSIGNMENT_COLUMNS = ("entity_id", "entity_type", "level", "cluster_id", "confidence", "model_version", "run_date")
-SUPERGRAPH_COLUMNS = ("level", "src_cluster", "dst_cluster", "weight", "n_edges", "model_version", "run_date")
+#: Column order of `cluster_profiles` (the contract's key columns first, extras after).
 PROFILE_COLUMNS = ("level", "cluster_id", "parent_cluster_id", "size", "label", "top_members", "label_terms",
                    "size_by_type", "prototype", "match", "model_version", "run_date")
 

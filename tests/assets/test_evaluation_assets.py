@@ -1,5 +1,8 @@
 """evaluation_report: a real dg.materialize on the tiny lake -> Delta evaluation_metrics, MLflow metrics on the
-run date's training run, comparison metadata, and the promotion gate moving (or not) the champion alias."""
+run date's training run, comparison metadata, and the promotion gate moving (or not) the champion alias.
+
+The tests that materialize (a training run and four baselines) are slow; the choice of the evaluation model's
+settings is a fast unit test."""
 
 from __future__ import annotations
 
@@ -28,7 +31,6 @@ from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
 from spark_jobs.delta_io import read_table  # noqa: E402
 from tests.assets.conftest import RUN_DATE, make_resources  # noqa: E402
 
-pytestmark = pytest.mark.slow
 DAY = dt.date.fromisoformat(RUN_DATE)
 #: The training graph's settings: the graph_settings resource the graph assets share.
 GRAPH_SETTINGS = GraphSettingsResource(broad_fanout=[6, 2], narrow_fanout=[4], max_view_nodes=20, max_dist=3, seed=1)
@@ -101,6 +103,7 @@ def first(eval_lake):
     return _materialize(eval_lake, keep_checkpoints=True)
 
 
+@pytest.mark.slow
 def test_writes_every_method_and_split_to_delta_and_mlflow(spark, eval_lake, first):
     assert first.success
     rows = _metrics(spark, eval_lake).collect()
@@ -150,6 +153,7 @@ def test_hir_configs_evaluate_the_encoder_the_training_run_published():
     assert hir_configs(off, MODEL_SETTINGS, graph, (model_d, train_d))[1] == MODEL_SETTINGS.train_config()
 
 
+@pytest.mark.slow
 def test_gate_fails_against_a_better_champion_and_keeps_it(eval_lake, first):
     [check] = first.get_asset_check_evaluations()
     assert check.check_name == GATE_CHECK and not check.passed
@@ -158,6 +162,7 @@ def test_gate_fails_against_a_better_champion_and_keeps_it(eval_lake, first):
     assert str(champ.version) == eval_lake["versions"]["2024-06-01"][0]
 
 
+@pytest.mark.slow
 def test_rerun_replaces_rows_and_full_tolerance_promotes(spark, eval_lake, first):
     n_before = _metrics(spark, eval_lake).count()
     again = _materialize(eval_lake, gate_tolerance=1.0)

@@ -1,7 +1,9 @@
-"""Real ``materialize`` of the graph assets over the bronze tables of the tiny synthetic source."""
+"""Real ``materialize`` of the graph assets over the bronze tables of the tiny synthetic source (slow), and the rule
+that decides when the views may be carried over from the previous date (fast)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import shutil
 from pathlib import Path
@@ -23,7 +25,8 @@ from assets.graph import (
 from hir_pipeline.contracts import EVENT_DATE_COLUMN
 from resources import GraphSettingsResource
 from spark_jobs.delta_io import latest_version, read_run_date, read_table
-from spark_jobs.graph.snapshots import increment_blocker
+from spark_jobs.graph import GraphConfig
+from spark_jobs.graph.snapshots import increment_blocker, views_fingerprint
 from tests.assets.conftest import RUN_DATE, make_resources
 
 GRAPH_ASSETS = [graph_edges, graph_nodes, graph_views]
@@ -72,6 +75,17 @@ def view_rows(spark, resources: dict, day: str) -> list[tuple]:
     return sorted((r[0], r[1], tuple(r[2]), tuple(r[3]), bytes(r[4]), bytes(r[5]), r[6]) for r in rows)
 
 
+def test_views_fingerprint_follows_the_view_settings_only():
+    base = GraphConfig()
+    assert views_fingerprint(GraphConfig()) == views_fingerprint(base)
+    for change in ({"broad_fanout": (8, 4)}, {"narrow_fanout": (4,)}, {"max_dist": 3}, {"max_view_nodes": 64},
+                   {"hub_cap": 16}, {"seed": 1}):
+        assert views_fingerprint(dataclasses.replace(base, **change)) != views_fingerprint(base), change
+    # edge-level settings reach the views through the edges, which the increment diffs itself
+    for change in ({"half_life_days": 7.0}, {"lookback_days": 30}, {"stage_weights": (1.0, 1.0, 1.0, 1.0)}):
+        assert views_fingerprint(dataclasses.replace(base, **change)) == views_fingerprint(base), change
+
+
 @pytest.fixture(scope="module")
 def built(ingested_lake, spark, tmp_path_factory) -> SimpleNamespace:
     """The ingested lake, copied, with the graph of RUN_DATE built once (full build: no earlier snapshot)."""
@@ -88,6 +102,7 @@ def lake(built) -> dict:
     return built.resources
 
 
+@pytest.mark.slow
 def test_full_build_writes_tables_and_checks_pass(spark, lake, built):
     result = built.result
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
@@ -133,6 +148,7 @@ def next_day(lake, spark, tmp_path_factory) -> SimpleNamespace:
     return SimpleNamespace(resources=resources, result=materialize(resources, NEXT_DATE))
 
 
+@pytest.mark.slow
 def test_next_day_recomputes_only_affected_anchors(spark, next_day):
     result, resources = next_day.result, next_day.resources
     assert result.success and all(e.passed for e in result.get_asset_check_evaluations())
@@ -144,6 +160,7 @@ def test_next_day_recomputes_only_affected_anchors(spark, next_day):
     assert snapshot(spark, resources, "graph_views", RUN_DATE).count() > 0  # the previous snapshot is kept
 
 
+@pytest.mark.slow
 def test_rerun_of_a_date_replaces_it_and_equals_a_full_build(spark, next_day):
     resources = next_day.resources
     counts = {t: read_table(spark, resources["lake"].path(t)).count() for t in GRAPH_TABLES}
@@ -161,6 +178,7 @@ def test_rerun_of_a_date_replaces_it_and_equals_a_full_build(spark, next_day):
     assert view_rows(spark, resources, RUN_DATE) == previous_day  # other dates untouched
 
 
+@pytest.mark.slow
 def test_other_view_settings_block_the_increment(spark, next_day, monkeypatch):
     lake, day, prev = next_day.resources["lake"], dt.date.fromisoformat(NEXT_DATE), dt.date.fromisoformat(RUN_DATE)
     nodes, edges = (read_run_date(spark, lake.path(t), day) for t in ("graph_nodes", "graph_edges"))
@@ -177,6 +195,7 @@ def test_other_view_settings_block_the_increment(spark, next_day, monkeypatch):
     assert increment_blocker(spark, lake.path, prev, faster_decay, nodes, edges) is None
 
 
+@pytest.mark.slow
 def test_failed_blocking_check_stops_downstream(spark, lake, tmp_path):
     resources = copy_lake(lake, spark, tmp_path / "lake")
     path = resources["lake"].path("graph_edges")
@@ -191,6 +210,7 @@ def test_failed_blocking_check_stops_downstream(spark, lake, tmp_path):
     assert [m.asset_key.path[-1] for m in result.get_asset_materialization_events()] == ["graph_nodes"]
 
 
+@pytest.mark.slow
 def test_views_without_nodes_of_the_date_fail_clearly(lake):
     result = materialize(lake, "2024-01-01", [graph_views])
     assert not result.success

@@ -1,10 +1,12 @@
-"""Real ``materialize`` of the ingestion assets on a tiny synthetic source."""
+"""Real ``materialize`` of the ingestion assets on a tiny synthetic source (slow), and a failing bronze suite on a
+small frame (fast)."""
 
 from __future__ import annotations
 
 import re
 
 import dagster as dg
+import pytest
 from pyspark.sql import functions as F
 
 from assets.ingestion import ACCOUNTING_CHECK, SUITE_CHECK, bronze_tables
@@ -17,6 +19,7 @@ def _counts(spark, resources) -> dict[str, int]:
     return {t: read_table(spark, lake.path(t)).count() for t in ("entities", "relations", "events", "quarantine")}
 
 
+@pytest.mark.slow
 def test_backfill_writes_every_bronze_table_and_accounting_passes(spark, ingested_lake, tiny_source):
     counts = _counts(spark, ingested_lake)
     assert counts["entities"] > 0 and counts["relations"] > 0 and counts["events"] > 0
@@ -24,6 +27,7 @@ def test_backfill_writes_every_bronze_table_and_accounting_passes(spark, ingeste
     assert counts["events"] + counts["quarantine"] >= source_events  # nothing lost
 
 
+@pytest.mark.slow
 def test_rerun_of_a_partition_replaces_it_and_check_passes(spark, ingested_lake):
     before = _counts(spark, ingested_lake)
     version_before = latest_version(spark, ingested_lake["lake"].path("events"))
@@ -36,6 +40,7 @@ def test_rerun_of_a_partition_replaces_it_and_check_passes(spark, ingested_lake)
     assert latest_version(spark, ingested_lake["lake"].path("events")) > version_before
 
 
+@pytest.mark.slow
 def test_day_window_replaces_only_that_day(spark, ingested_lake):
     events_path = ingested_lake["lake"].path("events")
     per_day = dict(read_table(spark, events_path).groupBy("event_date").count().collect())
@@ -49,6 +54,7 @@ def test_day_window_replaces_only_that_day(spark, ingested_lake):
     assert read_table(spark, events_path).where(F.col("event_date") > F.lit(RUN_DATE)).count() == 0
 
 
+@pytest.mark.slow
 def test_run_log_names_run_date_rows_and_delta_versions_and_reports_progress(spark, ingested_lake):
     """The run's own event log (not the metadata alone) names, per table, the run date, the rows written and the
     Delta version written, and the Spark steps log their progress (every 0.1 s here)."""
@@ -72,6 +78,7 @@ def test_run_log_names_run_date_rows_and_delta_versions_and_reports_progress(spa
     assert progress, messages
 
 
+@pytest.mark.slow
 def test_great_expectations_suites_run_as_blocking_checks(spark, ingested_lake):
     result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=ingested_lake,
                             run_config=ingestion_run_config("day"))

@@ -1,4 +1,5 @@
-"""Real ``materialize`` of ``content_embeddings`` over the bronze entities of the tiny synthetic source."""
+"""Real ``materialize`` of ``content_embeddings`` over the bronze entities of the tiny synthetic source (slow), and
+its quality check on small frames (fast)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
-from assets.knowledge import CHECK_QUALITY, content_embeddings
+from assets.knowledge import CHECK_QUALITY, content_embeddings, quality_expectations, quality_frame
+from assets.quality import validate
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
-from hir_pipeline.embedding.tiny import build_tiny_image_model, build_tiny_text_model
 from spark_jobs.delta_io import latest_version, read_table
 from tests.assets.conftest import RUN_DATE, make_resources
+from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
 
 def copy_lake(resources: dict, spark, dest: Path) -> dict:
@@ -63,11 +65,24 @@ def vectors(spark, resources: dict) -> dict[str, tuple]:
     return {r["entity_id"]: (tuple(r["embedding"]), r["model_id"], r["embedded_at_run"]) for r in rows}
 
 
+def test_quality_check_rejects_vectors_that_are_not_unit_or_of_another_model(spark):
+    schema = "entity_id string, entity_type string, content_hash string, model_id string, embedding array<float>"
+    good = [("p1", "product", "h1", "m", [0.6, 0.8]), ("a1", "ad", "h2", "m", [1.0, 0.0])]
+    assert validate(quality_frame(spark.createDataFrame(good, schema)), "content_ok", quality_expectations("m")).passed
+    bad = [("p1", "product", "h1", "m", [0.6, 0.9]), ("a1", "ad", "h2", "old", [1.0, 0.0])]
+    result = validate(quality_frame(spark.createDataFrame(bad, schema)), "content_bad", quality_expectations("m"))
+    assert not result.passed
+    failed = {(f["expectation"], f["kwargs"]["column"]) for f in result.metadata["failed_expectations"].value}
+    assert failed == {("expect_column_values_to_be_between", "embedding_norm"),
+                      ("expect_column_values_to_be_in_set", "model_id")}
+
+
 @pytest.fixture(scope="module")
 def first(lake, tiny_models) -> dg.ExecuteInProcessResult:
     return materialize(lake, **tiny(tiny_models))
 
 
+@pytest.mark.slow
 def test_first_run_embeds_every_content_entity_and_check_passes(spark, lake, first):
     assert first.success and check_passed(first)
     content = read_table(spark, lake["lake"].path("entities")).where(F.col("entity_type").isin(*CONTENT_ENTITY_TYPES))
@@ -84,6 +99,7 @@ def test_first_run_embeds_every_content_entity_and_check_passes(spark, lake, fir
     np.testing.assert_allclose(np.linalg.norm(embedding, axis=1), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_second_run_over_unchanged_content_reembeds_nothing(spark, lake, tiny_models, first):
     before = vectors(spark, lake)
     version = latest_version(spark, lake["lake"].path("content_embeddings"))
@@ -96,6 +112,7 @@ def test_second_run_over_unchanged_content_reembeds_nothing(spark, lake, tiny_mo
     assert meta["delta_version"] > version
 
 
+@pytest.mark.slow
 def test_run_log_names_run_date_rows_and_delta_version(spark, lake, tiny_models, first):
     instance = dg.DagsterInstance.ephemeral()
     result = materialize(lake, instance=instance, **tiny(tiny_models))
@@ -106,6 +123,7 @@ def test_run_log_names_run_date_rows_and_delta_version(spark, lake, tiny_models,
     assert [m for m in log if m.startswith(line) and m.endswith(f"s, Delta version {meta['delta_version']}")], log
 
 
+@pytest.mark.slow
 def test_model_change_reembeds_everything(spark, lake, tiny_models, first):
     before = vectors(spark, lake)
     changed = materialize(lake, **tiny(tiny_models, "text_b"))

@@ -1,7 +1,8 @@
 """The whole asset graph, materialized for real on a tiny synthetic source, as the nightly job runs it.
 
 Small model settings keep it to minutes on two cores; the assets, checks, Delta tables and MLflow store
-are the production ones.
+are the production ones. Those runs are slow; what they rely on (the nightly job makes every output table and
+accepts their run config) is checked fast, without running anything.
 """
 
 from __future__ import annotations
@@ -12,12 +13,10 @@ import pytest
 
 from assets import ASSET_MODULES
 from hir_pipeline.contracts import OUTPUT_TABLES
-from hir_pipeline.embedding.tiny import build_tiny_text_model
 from resources import GraphSettingsResource, ModelSettingsResource
 from spark_jobs.delta_io import read_table
 from tests.assets.conftest import RUN_DATE, ingestion_run_config, make_resources
-
-pytestmark = pytest.mark.slow
+from tests.tiny_models import build_tiny_text_model
 
 #: One set of graph settings for the graph assets and the evaluation (the graph_settings resource).
 GRAPH = GraphSettingsResource(broad_fanout=[6, 2], narrow_fanout=[4], max_view_nodes=20, max_dist=3, seed=1)
@@ -53,12 +52,27 @@ def pipeline(spark, tiny_source, tmp_path_factory, monkeypatch_module):
     return resources, run, run()
 
 
+def test_nightly_job_makes_every_output_table_and_accepts_this_run_config(tmp_path):
+    from hir_pipeline.definitions import NIGHTLY_JOB, build_definitions
+
+    defs = build_definitions(lake_root=str(tmp_path / "lake"))
+    assets = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert set(OUTPUT_TABLES) <= assets
+    job = defs.resolve_job_def(NIGHTLY_JOB)
+    dg.validate_run_config(job, run_config("unused-text-model").to_config_dict())  # raises on a bad setting
+    with pytest.raises(dg.DagsterInvalidConfigError, match="not_a_setting"):
+        bad = run_config("unused-text-model").to_config_dict()
+        bad["ops"]["interest_model"]["config"]["not_a_setting"] = 1
+        dg.validate_run_config(job, bad)
+
+
 @pytest.fixture(scope="module")
 def monkeypatch_module():
     with pytest.MonkeyPatch.context() as mp:
         yield mp
 
 
+@pytest.mark.slow
 def test_every_asset_materializes_and_every_blocking_check_passes(pipeline):
     _, _, result = pipeline
     assert result.success
@@ -67,6 +81,7 @@ def test_every_asset_materializes_and_every_blocking_check_passes(pipeline):
     assert failed == []
 
 
+@pytest.mark.slow
 def test_output_contract_tables(spark, pipeline):
     resources, _, _ = pipeline
     lake = resources["lake"]
@@ -85,6 +100,7 @@ def test_output_contract_tables(spark, pipeline):
     assert set(assign["model_version"]) == set(emb["model_version"])
 
 
+@pytest.mark.slow
 def test_rerunning_the_date_replaces_its_rows(spark, pipeline):
     resources, run, _ = pipeline
     lake = resources["lake"]

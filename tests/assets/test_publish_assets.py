@@ -75,6 +75,7 @@ def runs(spark, ingested_lake, tiny_source, tmp_path_factory):
     return state
 
 
+@pytest.mark.slow
 def test_first_publication_writes_the_four_tables(spark, runs):
     lake, truth, meta = runs["lake"], runs["truth"], runs["first"]
     n = len(truth)
@@ -113,6 +114,7 @@ def test_first_publication_writes_the_four_tables(spark, runs):
     assert emb.agg(F.min("n2"), F.max("n2")).first() == pytest.approx((1.0, 1.0), abs=1e-5)
 
 
+@pytest.mark.slow
 def test_rerun_replaces_that_date_only(spark, runs):
     first, second, rerun, lake = runs["first"], runs["second"], runs["rerun"], runs["lake"]
     for table in OUTPUT_TABLES:
@@ -127,6 +129,7 @@ def test_rerun_replaces_that_date_only(spark, runs):
         assert counts == {D1: first[table]["dagster/row_count"], D2: second[table]["dagster/row_count"]}
 
 
+@pytest.mark.slow
 def test_permuted_model_keeps_cluster_ids(spark, runs):
     second, lake = runs["second"], runs["lake"]
     assert runs["a2"] == runs["a1"]
@@ -146,6 +149,7 @@ def test_permuted_model_keeps_cluster_ids(spark, runs):
     assert model_ids != published  # the model renumbered its clusters; the publication did not
 
 
+@pytest.mark.slow
 def test_mlflow_lineage(runs):
     from mlflow import MlflowClient
 
@@ -172,6 +176,7 @@ def test_mlflow_lineage(runs):
     assert not any(k.startswith("publish.stability") for k in run1.data.metrics)
 
 
+@pytest.mark.slow
 def test_query_reads_the_spark_written_publication(runs):
     lake = runs["resources"]["lake"].root
     pub = Publication(lake)
@@ -187,6 +192,7 @@ def test_query_reads_the_spark_written_publication(runs):
     assert view.size > 0 and len(view.children) == 4 and view.neighbours
 
 
+@pytest.mark.slow
 def test_missing_model_outputs_fail_clearly(runs):
     result = _materialize(runs["resources"], D2 + dt.timedelta(days=1), raise_on_error=False)
     assert not result.success

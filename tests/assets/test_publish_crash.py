@@ -1,6 +1,7 @@
 """Crash safety of a published-table write: a process killed while it writes a table leaves the previous
 version intact and readable (Spark and deltalake), its data files orphaned outside the Delta log, and the
-re-run completes. The whole-publication case (killed between tables) is in test_publish_assets.py.
+re-run completes. The whole-publication case (killed between tables) is in test_publish_assets.py. Killing a
+writer process is slow; a write that fails inside Spark is the fast test of the same property.
 """
 
 from __future__ import annotations
@@ -40,6 +41,24 @@ print("committed", flush=True)
 
 def _data_files(path: Path) -> set[Path]:
     return {p for p in path.rglob("*.parquet") if "_delta_log" not in p.parts}
+
+
+def test_failed_write_leaves_the_previous_version_whole(spark, tmp_path):
+    path = str(tmp_path / "cluster_assignments")
+    old = spark.createDataFrame([(i, f"old-{i}", DAY) for i in range(4)], "id long, payload string, run_date date")
+    write_publication_table(old, path, DAY, "1")
+    rows = spark.range(0, 4, 1, 4).select(
+        "id",
+        # one task fails; the others may already have written their data files
+        F.when(F.col("id") == 3, F.raise_error(F.lit("task failed mid-write"))).otherwise(
+            F.concat(F.lit("new-"), F.col("id").cast("string"))).alias("payload"),
+        F.lit(DAY).alias("run_date"),
+    )
+    with pytest.raises(Exception, match="task failed mid-write"):
+        write_publication_table(rows, path, DAY, "2")
+    assert latest_version(spark, path) == 0
+    assert sorted(r.payload for r in read_table(spark, path).collect()) == [f"old-{i}" for i in range(4)]
+    assert DeltaTable(path).to_pyarrow_table().num_rows == 4
 
 
 @pytest.mark.slow

@@ -6,6 +6,9 @@ folders through ``HIR_LAKE`` / ``HIR_STATE_DIR`` / ``HIR_SOURCE``. A run launche
 API (what the UI's "Materialize" button calls) is queued, then launched by the daemon in a separate process with
 the default run launcher: the daemon is needed because of the QueuedRunCoordinator, and it is also what retries
 failed runs per ``run_retries``.
+
+Starting the services is slow; the GraphQL documents these tests send are checked fast against the schema of the
+installed dagster-webserver.
 """
 
 from __future__ import annotations
@@ -19,8 +22,6 @@ import pytest
 
 from tests.operations.conftest import RUN_DATE
 from tests.operations.services import REPO, DagsterUI, browser, dagster_env, run_status, wait_for, wait_run
-
-pytestmark = pytest.mark.slow
 
 INGESTION = ("entities", "relations", "events", "quarantine")
 
@@ -75,6 +76,20 @@ query Logs($runId: ID!) {
 """
 
 
+def test_graphql_documents_are_valid_for_the_installed_webserver():
+    import graphql
+    from dagster_graphql.schema import create_schema
+
+    from tests.operations.services import RUN_QUERY
+
+    schema = create_schema().graphql_schema
+    documents = {"LAUNCH": LAUNCH, "ASSETS": ASSETS, "SENSORS": SENSORS, "STOP_SENSOR": STOP_SENSOR,
+                 "RUNS_BY_TAG": RUNS_BY_TAG, "LOGS": LOGS, "RUN_QUERY": RUN_QUERY}
+    errors = {name: graphql.validate(schema, graphql.parse(doc)) for name, doc in documents.items()}
+    assert errors == dict.fromkeys(documents, []), errors
+    assert graphql.validate(schema, graphql.parse("{ assetNodes { notAField } }"))  # the check can fail
+
+
 @pytest.fixture(scope="module")
 def dagster_dev(tmp_path_factory, ops_source):
     """``dagster dev -m hir_pipeline.definitions`` over a temporary instance with the committed dagster.yaml."""
@@ -107,6 +122,7 @@ def _dismiss_dialogs(page) -> None:
                   ".forEach(b => b.click())")
 
 
+@pytest.mark.slow
 def test_asset_graph_renders_every_group_asset_check_and_partitions(dagster_dev, tmp_path):
     from assets.partitions import daily_partitions
     from hir_pipeline.definitions import defs
@@ -194,6 +210,7 @@ def _launch_ingestion(ui: DagsterUI, source: Path, partition: str) -> str:
     return result["run"]["id"]
 
 
+@pytest.mark.slow
 def test_run_from_ui_is_retried_per_dagster_yaml_and_materializes_the_partition(dagster_dev, ops_source):
     """The source lands late: the first run fails, the daemon retries it once (run_retries in dagster.yaml), the
     retry succeeds; the run log names the partition, row counts and Delta versions."""

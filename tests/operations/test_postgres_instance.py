@@ -5,6 +5,9 @@ with its ``DAGSTER_PG_*`` settings in the environment. ``hir materialize`` runs 
 in its own process; the run, its events and the materialized partition must then be in Postgres (not in SQLite
 files beside dagster.yaml) and be served by a webserver, before and after restarting the webserver and the
 database server.
+
+Starting PostgreSQL and Dagster is slow; that the documented file is a valid instance config taking its connection
+from the ``DAGSTER_PG_*`` variables is checked fast, without a server.
 """
 
 from __future__ import annotations
@@ -20,8 +23,6 @@ import pytest
 from tests.operations.conftest import RUN_DATE
 from tests.operations.services import REPO, VENV_BIN, DagsterUI, Postgres, dagster_env, log_tail
 
-pytestmark = pytest.mark.slow
-
 HISTORY = """
 query History($runId: ID!, $partition: String!) {
   runOrError(runId: $runId) { __typename ... on Run { status tags { key value } } }
@@ -30,6 +31,22 @@ query History($runId: ID!, $partition: String!) {
   }
 }
 """
+
+
+def test_documented_instance_file_is_valid_and_reads_the_connection_from_the_environment(tmp_path):
+    from dagster._core.errors import DagsterInvalidConfigError
+    from dagster._core.instance.config import dagster_instance_config
+
+    shutil.copy(REPO / "deploy" / "dagster.postgres.yaml", tmp_path / "dagster.yaml")
+    config, _ = dagster_instance_config(str(tmp_path))
+    db = config["storage"]["postgres"]["postgres_db"]
+    assert {field: db[field] for field in ("hostname", "port", "username", "password", "db_name")} == {
+        "hostname": {"env": "DAGSTER_PG_HOST"}, "port": {"env": "DAGSTER_PG_PORT"},
+        "username": {"env": "DAGSTER_PG_USER"}, "password": {"env": "DAGSTER_PG_PASSWORD"},
+        "db_name": {"env": "DAGSTER_PG_DB"}}  # the variables the README documents; no secret in the file
+    (tmp_path / "dagster.yaml").write_text((tmp_path / "dagster.yaml").read_text().replace("hostname:", "host:"))
+    with pytest.raises(DagsterInvalidConfigError):  # the check can fail
+        dagster_instance_config(str(tmp_path))
 
 
 @pytest.fixture
@@ -52,6 +69,7 @@ def _served_history(ui: DagsterUI, run_id: str) -> tuple[str, list[str]]:
     return data["runOrError"]["status"], [m["runId"] for m in data["assetOrError"]["assetMaterializations"]]
 
 
+@pytest.mark.slow
 def test_postgres_instance_runs_a_materialization_and_keeps_history_across_restarts(postgres, ops_source, tmp_path):
     import psycopg2
 

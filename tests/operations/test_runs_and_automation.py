@@ -10,7 +10,8 @@ models. Then:
   downstream of what changed: nothing after the nightly run for what it ran itself, everything downstream of
   ingestion after ingestion alone is re-run, and nothing twice.
 
-The nightly schedule's partition key is tested in tests/hir_pipeline/test_definitions.py.
+The nightly schedule's partition key is tested in tests/hir_pipeline/test_definitions.py. The runs are slow; that
+the code location puts the refresh condition on exactly the assets that have an upstream is checked fast.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ import dagster as dg
 import pytest
 
 from tests.operations.conftest import RUN_DATE
-
-pytestmark = pytest.mark.slow
 
 NIGHTLY_GROUPS = ("ingestion", "knowledge", "graph")
 PROGRESS = re.compile(r"stage \d+: \d+/\d+ tasks")
@@ -68,7 +67,7 @@ def nightly(spark, ops_source, tmp_path_factory) -> Nightly:
     from assets import ASSET_MODULES
     from assets.automation import upstream_refresh_sensor, with_upstream_refresh
     from hir_pipeline.definitions import build_definitions
-    from hir_pipeline.embedding.tiny import build_tiny_image_model, build_tiny_text_model
+    from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
     root = tmp_path_factory.mktemp("ops-runs")
     with pytest.MonkeyPatch.context() as mp:
@@ -109,6 +108,7 @@ def _delta_state(lake: Path) -> dict[str, tuple[int, int]]:
     return state
 
 
+@pytest.mark.slow
 def test_run_log_names_partition_row_counts_and_delta_versions(nightly: Nightly):
     from deltalake import DeltaTable
 
@@ -127,6 +127,7 @@ def test_run_log_names_partition_row_counts_and_delta_versions(nightly: Nightly)
     assert any(re.search(r"accepted [\d,]+, quarantined [\d,]+", m) for m in messages), "row counts in the log"
 
 
+@pytest.mark.slow
 def test_long_steps_log_progress(nightly: Nightly):
     """Spark steps report their stages while they run (``progress_every_s`` is 0.2 s here)."""
     logs = [e for e in nightly.instance.all_logs(nightly.result.run_id) if e.user_message]
@@ -136,6 +137,7 @@ def test_long_steps_log_progress(nightly: Nightly):
     assert present and present <= steps_with_progress, f"no progress lines from {present - steps_with_progress}"
 
 
+@pytest.mark.slow
 def test_failed_run_leaves_earlier_outputs_intact(nightly: Nightly, tmp_path):
     """The text model's weights are truncated: embedding fails inside the Spark job, after the step started."""
     if dg.AssetKey("content_embeddings") not in nightly.selection:
@@ -159,9 +161,29 @@ def test_failed_run_leaves_earlier_outputs_intact(nightly: Nightly, tmp_path):
     assert _delta_state(nightly.lake) == before, "every table keeps its version and rows"
 
 
-def test_upstream_change_requests_downstream_refresh(nightly: Nightly):
-    from assets.automation import automated_keys
+def automated_keys(assets) -> set[dg.AssetKey]:
+    """Keys of the assets that carry an automation condition.
 
+    Args:
+        assets: the definitions' assets; anything that is not an ``AssetsDefinition`` is ignored.
+    """
+    return {spec.key for a in assets if isinstance(a, dg.AssetsDefinition)
+            for spec in a.specs if spec.automation_condition is not None}
+
+
+def test_code_location_automates_every_asset_with_an_upstream_and_no_root():
+    from hir_pipeline.definitions import build_definitions
+
+    defs = build_definitions()
+    graph = defs.resolve_asset_graph()
+    keys = set(graph.get_all_asset_keys())
+    roots = {key for key in keys if not graph.get(key).parent_keys}
+    assert roots and roots != keys
+    assert automated_keys(defs.assets) == keys - roots
+
+
+@pytest.mark.slow
+def test_upstream_change_requests_downstream_refresh(nightly: Nightly):
     graph = nightly.auto_defs.resolve_asset_graph()
     automated = automated_keys(list(nightly.auto_defs.assets))
     ingestion = _keys(nightly.defs, ("ingestion",))

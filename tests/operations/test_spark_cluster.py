@@ -7,6 +7,9 @@ started by the worker in its own folder with an environment that has none of the
 and receive the Delta jars from the driver (``spark.jars``): code that relied on driver-local state (a relative
 path, a global set on the driver, a jar only on the driver's classpath) fails here. ``spark.driver.maxResultSize``
 is kept small so that collecting table-sized data to the driver fails too.
+
+Starting the cluster is slow; that the test still selects all three stages from the code location (a renamed
+group would silently shrink it) is checked fast.
 """
 
 from __future__ import annotations
@@ -18,8 +21,6 @@ import pytest
 
 from tests.operations.conftest import RUN_DATE
 from tests.operations.services import REPO, VENV_BIN, SparkStandalone, dagster_env, log_tail
-
-pytestmark = pytest.mark.slow
 
 GROUPS = ("ingestion", "graph", "knowledge")
 
@@ -43,10 +44,17 @@ def _selection() -> tuple[str, list[str]]:
     return " or ".join(f"group:{g}" for g in present), sorted(n for n, g in names.items() if g in present)
 
 
+def test_selection_covers_ingestion_graph_and_content_embeddings():
+    selection, names = _selection()
+    assert selection == " or ".join(f"group:{g}" for g in GROUPS)
+    assert {"entities", "events", "graph_edges", "graph_views", "content_embeddings"} <= set(names)
+
+
+@pytest.mark.slow
 def test_ingestion_graph_and_embeddings_run_on_a_standalone_cluster(cluster, ops_source, tmp_path):
     from deltalake import DeltaTable
 
-    from hir_pipeline.embedding.tiny import build_tiny_image_model, build_tiny_text_model
+    from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
     selection, names = _selection()
     config = {"ops": {"bronze_tables": {"config": {"window": "all"}}}}

@@ -14,7 +14,7 @@ from hir_pipeline.contracts import source_ddl
 from hir_pipeline.embedding.config import EmbeddingConfig
 from hir_pipeline.embedding.content_hash import content_hash, model_identifier
 from hir_pipeline.embedding.embedder import ContentEmbedder
-from hir_pipeline.embedding.tiny import build_tiny_image_model, build_tiny_text_model
+from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
 # Python workers must run this interpreter (torch, transformers); read when the SparkContext starts.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -13,8 +13,8 @@ from hir_pipeline.embedding.config import EmbeddingConfig
 from hir_pipeline.embedding.content_hash import model_identifier
 from hir_pipeline.embedding.embedder import ContentEmbedder, entity_text
 from hir_pipeline.embedding.image import EFFICIENTNET_LITE0_DIM, ImageEncoder, ImageError
-from hir_pipeline.embedding.tiny import build_tiny_image_model, build_tiny_text_model
 from hir_pipeline.settings import cache_dir
+from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
 
 @pytest.fixture(scope="module")

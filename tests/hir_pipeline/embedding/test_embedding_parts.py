@@ -11,7 +11,7 @@ from hir_pipeline.embedding.attributes import encode_attributes, parse_attribute
 from hir_pipeline.embedding.config import EmbeddingConfig, FusionConfig
 from hir_pipeline.embedding.content_hash import content_hash, model_identifier
 from hir_pipeline.embedding.fusion import Fusion, orthonormal_projection
-from hir_pipeline.embedding.tiny import build_tiny_image_model, build_tiny_text_model
+from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
 
 def test_attributes_are_deterministic_unit_vectors():

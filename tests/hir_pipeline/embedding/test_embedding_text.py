@@ -7,7 +7,7 @@ import pytest
 
 from hir_pipeline.embedding.config import default_text_model
 from hir_pipeline.embedding.text import TextEncoder, length_order
-from hir_pipeline.embedding.tiny import build_tiny_text_model
+from tests.tiny_models import build_tiny_text_model
 
 TEXTS = [
     "Men's red running shoes with breathable mesh",

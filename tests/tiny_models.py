@@ -1,4 +1,4 @@
-"""Tiny, randomly initialised text and image models written to a folder, for fast tests and smoke runs.
+"""Tiny, randomly initialised text and image models written to a folder, for fast tests (test helper only).
 
 They have the same on-disk layout as real Hugging Face models (config, weights, tokenizer / image processor), so
 the production loading path (``local_files_only=True``) is what gets exercised; only the sizes differ.
