@@ -16,9 +16,10 @@ batch so every layer reuses it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from hir_pipeline.model.attention.layout import PackedLayout
@@ -33,11 +34,24 @@ class ViewBucket:
         tokens: long ``[G, L]`` packed position of each slot (padding slots repeat the view's first token).
         valid: bool ``[G, L]``, real slots.
         pair: long ``[G, L, L]`` index into the layout's ``dist`` / ``edge_type`` buffers.
+        _codes: cache of :meth:`pair_code` per table shape.
     """
 
     tokens: Tensor
     valid: Tensor
     pair: Tensor
+    _codes: dict = field(default_factory=dict, repr=False)
+
+    def pair_code(self, layout: PackedLayout, num_node_types: int, n_dist: int, n_edge: int) -> Tensor:
+        """long ``[G, L, L]``: ``(dist * n_edge + edge_type) * T^2 + type_q * T + type_k`` of every pair, the row
+        of the combined bias table; computed once per batch and shared by all layers."""
+        key = (num_node_types, n_dist, n_edge)
+        if key not in self._codes:
+            types = layout.node_type[self.tokens].long()
+            type_pair = types[:, :, None] * num_node_types + types[:, None, :]
+            dist = layout.dist[self.pair].long().clamp_(0, n_dist - 1)
+            self._codes[key] = (dist * n_edge + layout.edge_type[self.pair].long()) * num_node_types ** 2 + type_pair
+        return self._codes[key]
 
 
 @dataclass
@@ -119,14 +133,17 @@ def bucketed_structural_attention(
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     buckets = view_buckets(layout) if buckets is None else buckets
     q0, k0, v0 = q[0], k[0], v[0]  # [H, S, D]
+    # The three bias terms of every (distance, edge type, type pair) combination, as one [combinations, H] table:
+    # a pair's bias is then one row gather (a few thousand rows), instead of three gathers per pair and layer.
+    n_dist, n_edge = tables.dist.shape[1], tables.edge.shape[1]
+    table = (tables.dist[:, :, None, None] + tables.edge[:, None, :, None]
+             + tables.type_pair[:, None, None, :]).reshape(tables.dist.shape[0], -1).t()
     outs = []
     for b in buckets.buckets:
         qb, kb, vb = (x[:, b.tokens].transpose(0, 1) for x in (q0, k0, v0))  # [G, H, L, D]
-        types = layout.node_type[b.tokens].long()
-        type_pair = types[:, :, None] * num_node_types + types[:, None, :]
-        bias = (tables.dist[:, layout.dist[b.pair].long()] + tables.type_pair[:, type_pair]
-                + tables.edge[:, layout.edge_type[b.pair].long()])  # [H, G, L, L]
-        scores = torch.matmul(qb, kb.transpose(-1, -2)) * scale + bias.transpose(0, 1).to(qb.dtype)
+        code = b.pair_code(layout, num_node_types, n_dist, n_edge)
+        bias = F.embedding(code, table).permute(0, 3, 1, 2)  # [G, H, L, L]
+        scores = torch.matmul(qb, kb.transpose(-1, -2)) * scale + bias.to(qb.dtype)
         scores = scores.masked_fill(~b.valid[:, None, None, :], float("-inf"))
         out = torch.matmul(torch.softmax(scores, dim=-1), vb)  # [G, H, L, D]
         outs.append(out.transpose(1, 2)[b.valid])  # [real slots, H, D]
