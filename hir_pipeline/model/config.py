@@ -15,7 +15,7 @@ from typing import Literal, get_args
 from hir_pipeline.contracts import DEFAULT_MAX_DIST, DEGREE_BUCKETS, ENTITY_TYPES
 
 TeacherTarget = Literal["centering", "sinkhorn"]
-AttentionBackend = Literal["auto", "flex", "chunked", "dense"]
+AttentionBackend = Literal["auto", "flex", "bucketed", "chunked", "dense"]
 PublishedEncoder = Literal["student", "teacher"]
 #: Values of ``ModelConfig.teacher_target``, ``ModelConfig.attention_backend``, ``TrainConfig.published_encoder``.
 TEACHER_TARGETS: tuple[str, ...] = get_args(TeacherTarget)
@@ -66,7 +66,7 @@ class ModelConfig:
         node_dropout: probability of removing a non-anchor node from the student view.
         edge_dropout: probability of hiding a direct edge (its type) in the student view.
         attn_block_size: query block of the chunked CPU attention and of the FlexAttention block mask.
-        attention_backend: ``"auto"``, ``"flex"``, ``"chunked"`` or ``"dense"`` (see
+        attention_backend: ``"auto"``, ``"flex"``, ``"bucketed"`` (view-sized), ``"chunked"`` or ``"dense"`` (see
             ``hir_pipeline.model.attention.dispatch.structural_attention``).
         compile_flex_cpu: compile FlexAttention on CPU too (slow first call, fused afterwards).
     """

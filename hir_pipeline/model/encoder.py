@@ -15,7 +15,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hir_pipeline.model.attention import BiasTables, create_view_block_mask, resolve_backend, structural_attention
+from hir_pipeline.model.attention import (
+    BiasTables,
+    create_view_block_mask,
+    resolve_backend,
+    structural_attention,
+    view_buckets,
+)
 from hir_pipeline.model.batch import PackedBatch
 from hir_pipeline.model.config import ModelConfig
 from hir_pipeline.model.features import NodeFeatures
@@ -76,7 +82,7 @@ class StructuralSelfAttention(nn.Module):
     def tables(self) -> BiasTables:
         return BiasTables(self.dist_bias, self.type_pair_bias, self.edge_bias)
 
-    def forward(self, x: Tensor, batch: PackedBatch, backend: str, block_mask) -> Tensor:
+    def forward(self, x: Tensor, batch: PackedBatch, backend: str, plan) -> Tensor:
         s, d = x.shape
         h = self.cfg.num_heads
         qkv = self.qkv(x).view(s, 3, h, d // h).permute(1, 2, 0, 3).unsqueeze(1)  # [3, 1, H, S, Dh]
@@ -85,7 +91,8 @@ class StructuralSelfAttention(nn.Module):
             tables = BiasTables(*(t.to(qkv.dtype) for t in tables))
         out = structural_attention(
             qkv[0], qkv[1], qkv[2], batch.layout, tables, self.cfg.num_node_types, backend=backend,
-            block_mask=block_mask, block_size=self.cfg.attn_block_size,
+            block_mask=plan if backend == "flex" else None, buckets=plan if backend == "bucketed" else None,
+            block_size=self.cfg.attn_block_size,
             compile_flex=True if batch.layout.view_id.is_cuda else self.cfg.compile_flex_cpu,
         )
         return self.out(out[0].transpose(0, 1).reshape(s, d))
@@ -110,8 +117,8 @@ class TransformerLayer(nn.Module):
         )
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: Tensor, batch: PackedBatch, backend: str, block_mask) -> Tensor:
-        x = x + self.drop(self.attn(self.norm1(x), batch, backend, block_mask))
+    def forward(self, x: Tensor, batch: PackedBatch, backend: str, plan) -> Tensor:
+        x = x + self.drop(self.attn(self.norm1(x), batch, backend, plan))
         return x + self.drop(self.mlp(self.norm2(x)))
 
 
@@ -147,10 +154,14 @@ class GraphTransformerEncoder(nn.Module):
         x = self.embed(batch.node_idx, feats)
         needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
         backend = resolve_backend(self.cfg.attention_backend, x, needs_grad, self.cfg.compile_flex_cpu)
-        # One block mask for all layers (only the FlexAttention path uses it).
-        block_mask = create_view_block_mask(batch.layout, self.cfg.attn_block_size) if backend == "flex" else None
+        # One attention plan for all layers: FlexAttention's block mask or the view-sized path's length buckets.
+        plan = None
+        if backend == "flex":
+            plan = create_view_block_mask(batch.layout, self.cfg.attn_block_size)
+        elif backend == "bucketed":
+            plan = view_buckets(batch.layout)
         for layer in self.layers:
-            x = layer(x, batch, backend, block_mask)
+            x = layer(x, batch, backend, plan)
         x = self.norm(x)
         anchors = x[batch.layout.anchor_positions()]
         return EncoderOutput(embedding=F.normalize(self.proj(anchors).float(), dim=-1), hidden=x)

@@ -1,5 +1,6 @@
 """Structural attention for packed graph views (attention-gym style: one idea per module)."""
 
+from hir_pipeline.model.attention.bucketed import ViewBuckets, bucketed_structural_attention, view_buckets
 from hir_pipeline.model.attention.chunked import chunked_structural_attention
 from hir_pipeline.model.attention.dense import dense_structural_attention, dense_structural_bias
 from hir_pipeline.model.attention.dispatch import resolve_backend, structural_attention
@@ -15,6 +16,8 @@ from hir_pipeline.model.attention.score_mods import (
 __all__ = [
     "BiasTables",
     "PackedLayout",
+    "ViewBuckets",
+    "bucketed_structural_attention",
     "build_layout",
     "chunked_structural_attention",
     "create_block_mask",
@@ -26,5 +29,6 @@ __all__ = [
     "structural_attention",
     "structural_bias",
     "structural_bias_score_mod",
+    "view_buckets",
     "view_mask_mod",
 ]

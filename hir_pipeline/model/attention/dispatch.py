@@ -1,8 +1,12 @@
 """``structural_attention``: one entry point, the right implementation per device and autograd state.
 
 * CUDA: compiled FlexAttention (fused Triton kernel, forward and backward, block-sparse view mask).
-* CPU, gradients needed: the chunked path (``chunked.py``), differentiable with bounded memory.
-* CPU, no gradients: compiled FlexAttention when ``compile_cpu`` is set, otherwise the chunked path.
+* CPU, gradients needed: the view-sized path (``bucketed.py``): views grouped by length, one batched dense
+  attention per group, differentiable, work proportional to ``sum_v n_v^2``.
+* CPU, no gradients: compiled FlexAttention when ``compile_cpu`` is set, otherwise the view-sized path.
+
+The chunked path (``chunked.py``, 128-token query blocks with checkpointing) stays available as
+``backend="chunked"``: its memory is bounded by one block whatever the view sizes.
 
 Why not eager FlexAttention on CPU: without ``torch.compile`` it materialises the full ``[B, H, S, S]`` score
 matrix plus int64 index grids of the same size, and it re-traces for every new shape; measured on this
@@ -16,6 +20,7 @@ import torch
 from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
+from hir_pipeline.model.attention.bucketed import ViewBuckets, bucketed_structural_attention
 from hir_pipeline.model.attention.chunked import chunked_structural_attention
 from hir_pipeline.model.attention.dense import dense_structural_attention
 from hir_pipeline.model.attention.layout import PackedLayout
@@ -54,7 +59,7 @@ def resolve_backend(backend: str, q: Tensor, needs_grad: bool, compile_cpu: bool
         return backend
     if q.is_cuda or (compile_cpu and not needs_grad):
         return "flex"
-    return "chunked"
+    return "bucketed"
 
 
 def structural_attention(
@@ -70,6 +75,7 @@ def structural_attention(
     scale: float | None = None,
     block_size: int = 128,
     compile_flex: bool | None = None,
+    buckets: ViewBuckets | None = None,
 ) -> Tensor:
     """Multi-head attention with Graphormer structural biases over a packed batch of views.
 
@@ -78,18 +84,23 @@ def structural_attention(
         layout: packed layout of the batch (``S == layout.seq_len``).
         tables: per-head :class:`BiasTables`.
         num_node_types: node-type vocabulary size.
-        backend: ``"auto"`` (see module docstring), ``"flex"``, ``"chunked"`` or ``"dense"`` (reference).
+        backend: ``"auto"`` (see module docstring), ``"flex"``, ``"bucketed"``, ``"chunked"`` or ``"dense"``
+            (reference).
         block_mask: precomputed view block mask (built from ``layout`` when ``None``); share it across layers.
         scale: score scale, default ``1 / sqrt(D)``.
         block_size: block size of the chunked path and of a block mask built here.
         compile_flex: compile FlexAttention; default: on CUDA only. On CPU it also lets ``"auto"`` pick
             FlexAttention for gradient-free calls.
+        buckets: precomputed :func:`~.bucketed.view_buckets` of ``layout`` for the view-sized path (built here
+            when ``None``); share it across layers.
 
     Returns:
         ``[1, H, S, D]``.
     """
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *tables))
     chosen = resolve_backend(backend, q, needs_grad, compile_cpu=bool(compile_flex))
+    if chosen == "bucketed":
+        return bucketed_structural_attention(q, k, v, layout, tables, num_node_types, scale=scale, buckets=buckets)
     if chosen == "chunked":
         return chunked_structural_attention(q, k, v, layout, tables, num_node_types, scale=scale,
                                             block_size=block_size)

@@ -7,6 +7,7 @@ import torch
 
 from hir_pipeline.model.attention import (
     BiasTables,
+    bucketed_structural_attention,
     build_layout,
     chunked_structural_attention,
     create_block_mask,
@@ -14,6 +15,7 @@ from hir_pipeline.model.attention import (
     dense_structural_attention,
     resolve_backend,
     structural_attention,
+    view_buckets,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
@@ -77,6 +79,51 @@ def test_chunked_and_dispatch_equal_flex_forward(block_size):
     torch.testing.assert_close(auto, flex, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("pad_to", [16, 128])
+def test_bucketed_equals_flex_forward(pad_to):
+    layout = _random_layout(LENGTHS, pad_to=pad_to)
+    tables = _tables()
+    q, k, v = _qkv(layout.seq_len)
+    flex = structural_attention(q, k, v, layout, tables, T, backend="flex", block_size=pad_to)
+    bucketed = bucketed_structural_attention(q, k, v, layout, tables, T)
+    auto = structural_attention(q, k, v, layout, tables, T, backend="auto")  # CPU -> view-sized path
+    torch.testing.assert_close(bucketed, flex, atol=1e-5, rtol=0)
+    torch.testing.assert_close(auto, flex, atol=1e-5, rtol=0)
+
+
+def test_view_buckets_cover_every_token_once_with_view_sized_blocks():
+    layout = _random_layout(LENGTHS)
+    plan = view_buckets(layout, min_bucket=8)
+    assert sorted(plan.order.tolist()) == list(range(layout.seq_len))
+    assert torch.equal(plan.order[plan.inverse], torch.arange(layout.seq_len))
+    pad = layout.seq_len - sum(LENGTHS)
+    # each view lands in the smallest power-of-two bucket >= max(8, n): 5,1,3 -> 8; 9 -> 16; 17 -> 32; ...
+    got = {b.tokens.shape[1]: b.tokens.shape[0] for b in plan.buckets}
+    want: dict[int, int] = {}
+    for n in [*LENGTHS, pad]:
+        length = max(8, 1 << (n - 1).bit_length())
+        want[length] = want.get(length, 0) + 1
+    assert got == want
+    # the work is sum over views of L^2, far below the chunked path's 128-token blocks
+    assert sum(b.tokens.shape[0] * b.tokens.shape[1] ** 2 for b in plan.buckets) < layout.seq_len * 128
+
+
+def test_bucketed_gradients_match_dense_reference():
+    layout = _random_layout([7, 3, 20, 11, 33], pad_to=16)
+    tables = _tables(requires_grad=True)
+    q, k, v = _qkv(layout.seq_len, requires_grad=True)
+    weight = torch.randn(1, H, layout.seq_len, D, generator=torch.Generator().manual_seed(5))
+    inputs = [q, k, v, *tables]
+    out = structural_attention(q, k, v, layout, tables, T, backend="auto")  # -> bucketed (grad, CPU)
+    grads = torch.autograd.grad((out * weight).sum(), inputs)
+    ref = dense_structural_attention(q, k, v, layout, tables, T)
+    ref_grads = torch.autograd.grad((ref * weight).sum(), inputs)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=0)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
+        assert g.abs().sum() > 0
+
+
 def test_chunked_gradients_match_dense_reference():
     layout = _random_layout([7, 3, 20, 11], pad_to=16)
     tables = _tables(requires_grad=True)
@@ -84,7 +131,7 @@ def test_chunked_gradients_match_dense_reference():
     weight = torch.randn(1, H, layout.seq_len, D, generator=torch.Generator().manual_seed(5))
     inputs = [q, k, v, *tables]
 
-    out = structural_attention(q, k, v, layout, tables, T, backend="auto", block_size=16)  # -> chunked (grad, CPU)
+    out = structural_attention(q, k, v, layout, tables, T, backend="chunked", block_size=16)
     grads = torch.autograd.grad((out * weight).sum(), inputs)
     ref = dense_structural_attention(q, k, v, layout, tables, T)
     ref_grads = torch.autograd.grad((ref * weight).sum(), inputs)
@@ -94,7 +141,7 @@ def test_chunked_gradients_match_dense_reference():
     assert all(g.abs().sum() > 0 for g in grads)
 
 
-@pytest.mark.parametrize("backend", ["flex", "chunked"])
+@pytest.mark.parametrize("backend", ["flex", "bucketed", "chunked"])
 def test_views_do_not_see_each_other(backend):
     lengths = [10, 30, 20]
     layout = _random_layout(lengths)
@@ -115,7 +162,7 @@ def test_views_do_not_see_each_other(backend):
     assert not torch.allclose(out[:, :, 10:40], base[:, :, 10:40])
 
 
-@pytest.mark.parametrize("backend", ["flex", "chunked"])
+@pytest.mark.parametrize("backend", ["flex", "bucketed", "chunked"])
 def test_changing_one_distance_changes_the_output(backend):
     layout = _random_layout([12, 8])
     tables = _tables()
@@ -131,8 +178,9 @@ def test_changing_one_distance_changes_the_output(backend):
 
 def test_resolve_backend_rules():
     q = torch.zeros(1, 1, 128, 4)
-    assert resolve_backend("auto", q, needs_grad=True) == "chunked"
-    assert resolve_backend("auto", q, needs_grad=False) == "chunked"
+    assert resolve_backend("auto", q, needs_grad=True) == "bucketed"
+    assert resolve_backend("auto", q, needs_grad=False) == "bucketed"
+    assert resolve_backend("chunked", q, needs_grad=True) == "chunked"
     assert resolve_backend("auto", q, needs_grad=False, compile_cpu=True) == "flex"
     assert resolve_backend("dense", q, needs_grad=True) == "dense"
     with pytest.raises(ValueError):
