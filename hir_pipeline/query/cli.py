@@ -20,8 +20,6 @@ from hir_pipeline.query.api import MARKER_TABLE, RECOMMENDABLE_TYPES, ClusterVie
 EXIT_UNKNOWN = 2
 
 
-
-
 def add_query_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``query similar|cluster|recommend`` to the ``hir`` command line; the handler is
     :func:`run_query` (set as ``func``), which returns the exit code."""
