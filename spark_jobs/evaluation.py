@@ -4,6 +4,11 @@
 and its views from the *training* events only (cold items keep their entity and catalogue relations but no
 activity edge), trains HIR on it with the given (production) settings, and scores HIR and the baselines on the
 same held-out targets.
+
+:func:`prepare_validation` carves the inner validation split out of the training part (the split ALS tunes its
+grid on, :func:`~hir_pipeline.evaluation.data.validation_split`) and rebuilds HIR's inputs without the held-out
+pairs, so that HIR's settings are chosen without looking at the reported targets
+(``benchmarks/hir_ablations.py --split validation``).
 """
 
 from __future__ import annotations
@@ -12,21 +17,26 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
-from hir_pipeline.evaluation.data import EvalData
+from hir_pipeline.evaluation.data import VALIDATION, WARM, EvalData, validation_split
 from hir_pipeline.evaluation.runner import (
     EvaluationSettings,
     MetricRow,
+    PerUser,
+    average_over_seeds,
     clustering_rows,
+    comparison_rows,
     make_baselines,
-    ranking_rows,
-    target_ratios,
+    metric_rows,
+    paired_comparisons,
+    ranking_results,
 )
 from hir_pipeline.evaluation.scoring import EmbeddingScorer
 from hir_pipeline.model.config import ModelConfig, TrainConfig
@@ -120,12 +130,95 @@ def prepare_evaluation(
     data = timed("collect_pairs", lambda: collect_eval_data(split, events, run_date, graph_config.funnel,
                                                             stage_weights))
     say(f"evaluation data: {_summary(data)}")
-    nodes, edges, views = timed("train_graph", lambda: build_split_graph(
-        entities, relations, split.train_events, run_date, graph_config))
-    inputs = timed("model_inputs", lambda: load_model_inputs(
-        nodes, views, content, edges, funnel=graph_config.funnel, engagement_weights=engagement_weights,
-        provenance={"purpose": "evaluation", "run_date": str(run_date)}))
+    inputs = training_inputs(entities, relations, split.train_events, content, run_date, graph_config,
+                             engagement_weights, "evaluation", timed)
     return split, data, inputs
+
+
+def training_inputs(
+    entities: DataFrame,
+    relations: DataFrame,
+    train_events: DataFrame,
+    content: DataFrame | None,
+    run_date: dt.date,
+    graph_config: GraphConfig,
+    engagement_weights: Sequence[float] | None = None,
+    purpose: str = "evaluation",
+    timed: Callable[[str, Callable[[], Any]], Any] = _untimed,
+) -> Any:
+    """HIR's training inputs from the graph and views of ``train_events`` only (a ``ModelInputs``).
+
+    Args:
+        entities, relations, content, run_date: as in :func:`evaluate_run`.
+        train_events: the events HIR may learn from.
+        graph_config: graph settings of the training graph.
+        engagement_weights: engagement weight per funnel stage of HIR's InfoNCE.
+        purpose: recorded in the inputs' provenance.
+        timed: ``timed(step_name, fn)`` runs a step (and may time and report it).
+    """
+    nodes, edges, views = timed("train_graph", lambda: build_split_graph(
+        entities, relations, train_events, run_date, graph_config))
+    return timed("model_inputs", lambda: load_model_inputs(
+        nodes, views, content, edges, funnel=graph_config.funnel, engagement_weights=engagement_weights,
+        provenance={"purpose": purpose, "run_date": str(run_date)}))
+
+
+def held_out_pairs(data: EvalData, inner: EvalData) -> list[tuple[str, str]]:
+    """``(user_id, entity_id)`` of the training pairs of ``data`` that ``inner`` no longer trains on.
+
+    Args:
+        data: the evaluation data.
+        inner: data carved from it by :func:`~hir_pipeline.evaluation.data.validation_split`.
+    """
+    gone = (data.train.astype(bool).astype(np.int8) - inner.train.astype(bool).astype(np.int8)).tocoo()
+    keep = gone.data > 0
+    return [(data.user_ids[u], data.item_ids[i]) for u, i in zip(gone.row[keep], gone.col[keep], strict=True)]
+
+
+def prepare_validation(
+    entities: DataFrame,
+    relations: DataFrame,
+    split: EvaluationSplit,
+    data: EvalData,
+    content: DataFrame | None,
+    run_date: dt.date,
+    graph_config: GraphConfig,
+    fraction: float,
+    seed: int,
+    cold_fraction: float,
+    engagement_weights: Sequence[float] | None = None,
+    timed: Callable[[str, Callable[[], Any]], Any] = _untimed,
+) -> tuple[EvalData, Any]:
+    """The inner validation split of the training part and HIR's inputs rebuilt without its held-out pairs.
+
+    The split is :func:`~hir_pipeline.evaluation.data.validation_split` (the one ALS's grid search draws: pass
+    its ``validation_fraction`` and ``seed``) with ``cold_fraction`` of the items made cold; every training
+    event of a held-out pair (warm validation or cold) is dropped before the graph is rebuilt, so HIR never
+    trains on a validation target.
+
+    Args:
+        entities, relations, content, run_date: as in :func:`evaluate_run`.
+        split: the outer split (its ``train_events``).
+        data: the outer split's evaluation data (its ``train`` is what the inner split is carved from).
+        graph_config: graph settings of the training graph.
+        fraction: share of each user's training pairs held out as warm validation targets.
+        seed: seed of the inner split.
+        cold_fraction: share of the items still trained on that become cold validation items.
+        engagement_weights: engagement weight per funnel stage of HIR's InfoNCE.
+        timed: ``timed(step_name, fn)`` runs a step (and may time and report it).
+
+    Returns:
+        ``(inner, inputs)``: the inner data with splits ``warm`` (the validation pairs) and ``cold``, and HIR's
+        inputs of the remaining training events.
+    """
+    inner = validation_split(data, fraction, seed, cold_fraction).renamed({VALIDATION: WARM})
+    pairs = held_out_pairs(data, inner)
+    session = split.train_events.sparkSession
+    gone = session.createDataFrame(pairs, "user_id string, entity_id string")
+    train_events = split.train_events.join(F.broadcast(gone), ["user_id", "entity_id"], "left_anti")
+    inputs = training_inputs(entities, relations, train_events, content, run_date, graph_config,
+                             engagement_weights, "validation", timed)
+    return inner, inputs
 
 
 def evaluate_run(
@@ -148,6 +241,12 @@ def evaluate_run(
 ) -> EvaluationOutcome:
     """Split, train HIR on the training part, and evaluate HIR and the baselines on the held-out targets.
 
+    HIR is trained ``settings.hir_seeds`` times (training seeds ``train_config.seed``, ``+ 1``, ...; the first is
+    the production model, whose clusters are scored) and its rows are each user's metrics averaged over the
+    seeds; ``hir_mean_user`` scores HIR's items against the mean user vector (a global prior, no
+    personalisation); HIR's comparison rows carry paired bootstrap intervals over users
+    (:func:`hir_pipeline.evaluation.runner.comparison_rows`).
+
     Args:
         entities: bronze entities.
         relations: bronze relations.
@@ -161,7 +260,7 @@ def evaluate_run(
         train_config: HIR training settings (production).
         engagement_weights: engagement weight per funnel stage of HIR's InfoNCE (``load_model_inputs`` default
             when ``None``).
-        settings: cut-off and baselines.
+        settings: cut-off, baselines, HIR seeds and the bootstrap of the intervals.
         stage_weights: weight of one event per stage in the baselines' training matrix.
         truth: the planted hierarchy (synthetic source) for NMI, or ``None``.
         progress: called with one line per step (e.g. ``context.log.info``).
@@ -187,20 +286,49 @@ def evaluate_run(
 
     from hir_pipeline.training.fit import fit_and_embed
 
-    fit = timed("hir_fit", lambda: fit_and_embed(inputs, model_config or ModelConfig(),
-                                                 train_config or TrainConfig(), checkpoint_dir))
+    model_config, train_config = model_config or ModelConfig(), train_config or TrainConfig()
     entity_ids = [str(e) for e in inputs.entity_ids]
-    hir = EmbeddingScorer.from_lookup(data, entity_ids, fit.inference.embeddings, "hir")
+    seeds = [train_config.seed + i for i in range(settings.hir_seeds)]
+    runs: list[PerUser] = []
+    fit = None
+    for i, seed in enumerate(seeds):
+        # the first seed is the production one and keeps the checkpoint folder a re-run resumes from
+        ckpt = Path(checkpoint_dir) if i == 0 else Path(checkpoint_dir) / f"seed_{seed}"
+        cfg = replace(train_config, seed=seed)
+        got = timed("hir_fit" if i == 0 else f"hir_fit_seed_{seed}",
+                    lambda cfg=cfg, ckpt=ckpt: fit_and_embed(inputs, model_config, cfg, ckpt))
+        fit = fit or got
+        hir = EmbeddingScorer.from_lookup(data, entity_ids, got.inference.embeddings, "hir")
+        scored = ranking_results([hir, hir.mean_user()], data, settings.k, progress=say)
+        seconds.update({f"method_{m}" + (f"_seed_{seed}" if i else ""): round(v, 2)
+                        for m, v in scored.seconds.items()})
+        runs.append(scored.per_user)
+    assert fit is not None
+    per_user: PerUser = {m: average_over_seeds([r[m] for r in runs]) for m in runs[0]}
+    rows: list[MetricRow] = [row for m, got in per_user.items() for row in metric_rows(m, got, settings.k)]
+    recall = f"recall_at_{settings.k}"
+    by_seed = {seed: {s: float(v.recall.mean()) for s, v in r["hir"].items()} for seed, r in zip(seeds, runs,
+                                                                                                 strict=True)}
+    if len(seeds) > 1:
+        rows += [("hir", s, f"{recall}_seed_std", float(np.std([by_seed[x][s] for x in seeds], ddof=1)))
+                 for s in per_user["hir"]]
     item_content = collect_content(content, data.item_ids)
-    scorers = [hir, *make_baselines(settings, item_content)]
-    rows, method_seconds = ranking_rows(scorers, data, settings.k, progress=say)
-    seconds.update({f"method_{m}": round(s, 2) for m, s in method_seconds.items()})
-    rows += target_ratios(rows, settings.k)
+    scorers = make_baselines(settings, item_content)
+    baselines = ranking_results(scorers, data, settings.k, progress=say)
+    seconds.update({f"method_{m}": round(v, 2) for m, v in baselines.seconds.items()})
+    rows += baselines.rows
+    per_user.update(baselines.per_user)
+    comparisons = paired_comparisons(per_user, settings)
+    rows += comparison_rows(comparisons, settings.k)
     assignments = [np.argmax(p, axis=1) for p in fit.inference.probs]
     rows += clustering_rows(entity_ids, [str(t) for t in inputs.entity_types], assignments,
                             fit.model_cfg.level_sizes, truth)
     details: dict[str, Any] = {"target_stage": split.target_stage, "split_note": split.note,
-                               "users_per_stage": split.users_per_stage}
+                               "users_per_stage": split.users_per_stage,
+                               "hir_seeds": {str(seed): {s: round(v, 4) for s, v in got.items()}
+                                             for seed, got in by_seed.items()},
+                               "comparisons": [{"split": c.split, "reference": c.reference, "baseline": c.baseline,
+                                                **asdict(c.interval)} for c in comparisons]}
     for s in scorers:
         if getattr(s, "best", None):
             details[f"{s.name}_best"] = s.best
