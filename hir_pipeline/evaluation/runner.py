@@ -243,7 +243,8 @@ def paired_comparisons(per_user: PerUser, settings: EvaluationSettings, method: 
 
 
 def comparison_rows(comparisons: Sequence[Comparison], k: int, method: str = "hir") -> list[MetricRow]:
-    """Metric rows of paired comparisons (the module docstring names them).
+    """Metric rows of paired comparisons (the module docstring names them); undefined values (a ratio to a
+    baseline whose mean is 0) are left out.
 
     Args:
         comparisons: from :func:`paired_comparisons`.
@@ -260,7 +261,7 @@ def comparison_rows(comparisons: Sequence[Comparison], k: int, method: str = "hi
                  (method, c.split, f"{metric}_diff_vs_{ref}", iv.diff),
                  (method, c.split, f"{metric}_diff_vs_{ref}_ci_low", iv.diff_low),
                  (method, c.split, f"{metric}_diff_vs_{ref}_ci_high", iv.diff_high)]
-    return rows
+    return [row for row in rows if math.isfinite(row[3])]
 
 
 def target_ratios(rows: Sequence[MetricRow], k: int, method: str = "hir") -> list[MetricRow]:

@@ -133,6 +133,10 @@ def test_paired_comparisons_against_the_best_baseline_and_content():
     assert rows[("warm", "recall_at_20_vs_best_baseline")] == pytest.approx(warm.interval.ratio)
     assert rows[("cold", "recall_at_20_diff_vs_content_ci_low")] == comps[("cold", "content")].interval.diff_low
     assert len(rows) == 3 * 6
+    zero = {m: {"warm": _scores(users, np.zeros(n))} for m in ("als", "popularity")}
+    [c] = paired_comparisons({"hir": {"warm": _scores(users, u < 0.3)}, **zero}, settings)
+    assert {m for _, _, m, _ in comparison_rows([c], 20)} == {f"recall_at_20_diff_vs_best_baseline{e}"
+                                                             for e in ("", "_ci_low", "_ci_high")}
     table = comparison_table([("hir", "warm", "recall_at_20", 0.3), ("als", "warm", "recall_at_20", 0.25),
                               *comparison_rows(list(comps.values()), 20)], 20, confidence=0.9)
     iv = warm.interval
