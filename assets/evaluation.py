@@ -6,8 +6,10 @@ rebuilds the graph and its views from the training events only (with the graph a
 ``graph_settings`` resource), trains HIR on it with the production settings
 (the ``model_meta.json`` of the run date's training run when there is one, else this asset's ``training``
 config), and scores HIR (by the encoder those settings publish, ``published_encoder``: a training run that
-predates the choice published the teacher) and the baselines (popularity, ALS, LightGCN, content-only) on the
-same targets (:func:`spark_jobs.evaluation.evaluate_run`). Results go to
+predates the choice published the teacher) and the baselines (popularity, ALS, LightGCN, content-only, random)
+on the same targets (:func:`spark_jobs.evaluation.evaluate_run`), with a mean-user diagnostic row
+(``hir_mean_user``) and HIR's ratio to the best baseline with a paired bootstrap interval over users (the number
+of HIR seeds averaged is ``EvaluationSettings.hir_seeds``, one by default). Results go to
 
 * the Delta table ``evaluation_metrics`` (the run date's rows replaced on a re-run),
 * MLflow metrics ``eval.<method>.<split>.<metric>`` plus the comparison table and plot, on the training run of
@@ -183,13 +185,14 @@ def evaluation_report(
 
         torch.set_num_threads(config.training.torch_threads)
     ckpt = evaluation_checkpoint_dir(day)
+    settings = config.settings()
     t0 = time.perf_counter()
     with forward_training_logs(context), forward_training_logs(context, "hir_pipeline.evaluation"):
         outcome = evaluate_run(
             bronze["entities"], bronze["relations"], bronze["events"], content, day, ckpt,
             split_config=config.split_config(graph_cfg.funnel), graph_config=graph_cfg, model_config=model_cfg,
             train_config=train_cfg, engagement_weights=config.training.engagement_weights,
-            settings=config.settings(), stage_weights=config.stage_weights, truth=truth,
+            settings=settings, stage_weights=config.stage_weights, truth=truth,
             progress=context.log.info)
     total_s = time.perf_counter() - t0
 
@@ -198,7 +201,7 @@ def evaluation_report(
     frame = session.createDataFrame([(model_version, day, m, s, name, float(v)) for m, s, name, v in rows],
                                     EVALUATION_METRICS_DDL)
     replace_where(frame, path, f"run_date = '{day}'", ["run_date"])
-    table_md = comparison_table(rows, config.k, note=outcome.split.note)
+    table_md = comparison_table(rows, config.k, note=outcome.split.note, confidence=settings.confidence)
     plot = comparison_plot(rows, config.k)
     details = {**outcome.details, "data": outcome.data_summary, "seconds": outcome.seconds,
                "hir_fit": outcome.fit_metrics, "hir_settings_from": cfg_source, "model_version": model_version,
