@@ -33,8 +33,10 @@ def _comparison_lines(val: dict, k: int, confidence: float) -> list[str]:
                 continue
             label = ref.replace("_", " ")
             if ref == "best_baseline":
-                base = [(val[(m, s, metric)], m) for m in BASELINES if math.isfinite(val.get((m, s, metric), math.nan))]
-                label += f" ({max(base)[1]})" if base else ""
+                # the rule of runner.best_baseline: highest mean, first in BASELINES order on a tie
+                base = [(val[(m, s, metric)], -i, m) for i, m in enumerate(BASELINES)
+                        if math.isfinite(val.get((m, s, metric), math.nan))]
+                label += f" ({max(base)[2]})" if base else ""
             text = f"{s} recall@{k} vs {label} = {_fmt_x(ratio)}"
             lo, hi = (val.get(("hir", s, f"{metric}_vs_{ref}_ci_{e}")) for e in ("low", "high"))
             if lo is not None and hi is not None:

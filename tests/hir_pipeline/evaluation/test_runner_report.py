@@ -155,3 +155,11 @@ def test_mean_user_row_next_to_hir(planted):
     table = comparison_table(got.rows, 5)
     assert [line.split(" |")[0] for line in table.splitlines()[2:4]] == ["| hir", "| hir_mean_user"]
     assert "random" in BASELINES and evaluate_per_user(hir, data, 5)["warm"].users.size > 0
+
+
+def test_table_names_the_best_baseline_like_the_runner():
+    rows = [("hir", "warm", "recall_at_20", 0.3), ("als", "warm", "recall_at_20", 0.25),
+            ("popularity", "warm", "recall_at_20", 0.25), ("hir", "warm", "recall_at_20_vs_best_baseline", 1.2)]
+    per_user = {m: {"warm": _scores([0], [v])} for m, _, _, v in rows[1:3]}
+    assert best_baseline(per_user, "warm") == "popularity"  # a tie goes to the first in BASELINES order
+    assert "warm recall@20 vs best baseline (popularity) = 1.20x" in comparison_table(rows, 20)
