@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -27,6 +28,7 @@ from pyspark.sql import functions as F
 
 from hir_pipeline.evaluation.data import VALIDATION, WARM, EvalData, validation_split
 from hir_pipeline.evaluation.runner import (
+    Comparison,
     EvaluationSettings,
     MetricRow,
     PerUser,
@@ -91,6 +93,13 @@ def _summary(data: EvalData) -> dict[str, Any]:
         **{f"{s}_users": int((t.getnnz(axis=1) > 0).sum()) for s, t in data.targets.items()},
         **{f"{s}_candidates": int(c.sum()) for s, c in data.candidates.items()},
     }
+
+
+def _comparison_details(c: Comparison) -> dict[str, Any]:
+    """A comparison as JSON-safe details (an undefined ratio becomes ``None``)."""
+    interval = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in asdict(c.interval).items()}
+    return {"split": c.split, "reference": c.reference, "baseline": c.baseline, **interval}
 
 
 def _untimed(name: str, fn: Callable[[], Any]) -> Any:
@@ -327,8 +336,7 @@ def evaluate_run(
                                "users_per_stage": split.users_per_stage,
                                "hir_seeds": {str(seed): {s: round(v, 4) for s, v in got.items()}
                                              for seed, got in by_seed.items()},
-                               "comparisons": [{"split": c.split, "reference": c.reference, "baseline": c.baseline,
-                                                **asdict(c.interval)} for c in comparisons]}
+                               "comparisons": [_comparison_details(c) for c in comparisons]}
     for s in scorers:
         if getattr(s, "best", None):
             details[f"{s.name}_best"] = s.best

@@ -4,6 +4,7 @@ an evaluation run with several HIR seeds reports their mean, the mean-user and r
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import sys
 
@@ -116,3 +117,4 @@ def test_several_seeds_mean_user_random_and_intervals(source, tmp_path):
         assert lo <= mid <= hi
     [warm] = [c for c in out.details["comparisons"] if c["split"] == WARM]
     assert warm["baseline"] in ("popularity", "random") and warm["users"] == got[("hir", WARM, "users")]
+    json.dumps(out.details, allow_nan=False)  # asset metadata and MLflow take it as JSON
