@@ -6,8 +6,10 @@ rebuilds the graph and its views from the training events only (with the graph a
 ``graph_settings`` resource), trains HIR on it with the production settings (the ``model_meta.json`` of the
 run date's training run when there is one, else the ``model_settings`` resource ``interest_model`` trains with),
 and scores HIR (by the encoder those settings publish, ``published_encoder``: a training run that predates the
-choice published the teacher) and the baselines (popularity, ALS, LightGCN, content-only) on the
-same targets (:func:`spark_jobs.evaluation.evaluate_run`). Results go to
+choice published the teacher) and the baselines (popularity, ALS, LightGCN, content-only, random) on the same
+targets (:func:`spark_jobs.evaluation.evaluate_run`), with a mean-user diagnostic row (``hir_mean_user``) and
+HIR's ratio to the best baseline with a paired bootstrap interval over users (the number of HIR seeds averaged is
+``hir_seeds``, one by default). Results go to
 
 * the Delta table ``evaluation_metrics`` (the run date's rows replaced on a re-run),
 * MLflow metrics ``eval.<method>.<split>.<metric>`` plus the comparison table and plot, on the training run of
@@ -188,7 +190,7 @@ def evaluation_report(
     rows = outcome.rows
     path = lake.path("evaluation_metrics")
     write_evaluation_metrics(session, path, day, model_version, rows)
-    table_md = comparison_table(rows, config.k, note=outcome.split.note)
+    table_md = comparison_table(rows, config.k, note=outcome.split.note, confidence=config.confidence)
     plot = comparison_plot(rows, config.k)
     details = {**outcome.details, "data": outcome.data_summary, "seconds": outcome.seconds,
                "hir_fit": outcome.fit_metrics, "hir_settings_from": cfg_source, "model_version": model_version,

@@ -1,32 +1,47 @@
-"""Ablation study of HIR on the evaluation split: which part of the model earns its recall?
+"""Ablation and tuning study of HIR against the baselines, on the inner validation split or the evaluation split.
 
 Prepares the evaluation split of a lake once with Spark (exactly as ``evaluation_report`` does: per-user
 temporal hold-out, deep-funnel targets, seeded cold items; graph and views rebuilt from the training events;
-``spark_jobs.evaluation.build_split_graph`` + ``spark_jobs.model_inputs.load_model_inputs``), caches it as a
-pickle, then trains one HIR model per variant with torch only and scores it like the asset (Recall@K of the dot
-product of the published, L2-normalised embeddings; warm and cold items). Variants (``--variants``):
+``spark_jobs.evaluation.prepare_evaluation``) and, inside its training part, the inner validation split that ALS
+tunes its grid on (``spark_jobs.evaluation.prepare_validation``: ALS's ``validation_fraction`` and ``seed``, plus
+the outer split's ``cold_item_fraction`` of items made cold; HIR's graph rebuilt without the held-out pairs).
+Both are cached in one pickle (``--cache``).
 
-* ``full``            -- the configuration given (``--set`` overrides on top of ``config/cpu_sample.yaml``'s
-  ``model_settings`` resource),
+``--split validation`` (the default) scores on the inner split: settings are chosen there, never on the test
+targets. ``--split test`` scores on the evaluation split's targets: only for the final report of settings chosen
+on validation.
+
+On the chosen split the baselines (``EvaluationSettings.baselines``: popularity, the ALS grid, LightGCN,
+content-only, random) are fitted and scored per user exactly as ``evaluation_report`` does
+(``hir_pipeline.evaluation.runner.ranking_results``); their per-user recalls are cached beside the split
+(``<cache>.baselines.pkl``, keyed by the split's data and the settings) so reruns only train HIR. Then, for every
+point of the ``--grid`` and every variant, one HIR model per seed (``--seeds``, training seeds ``seed, seed + 1,
+...``) is trained with torch only and scored like the asset (Recall@K of the dot product of the published,
+L2-normalised embeddings). Variants (``--variants``):
+
+* ``full``            -- the configuration given (``--set`` / ``--grid`` overrides on top of
+  ``config/cpu_sample.yaml``'s ``model_settings`` resource),
 * ``no_distillation`` -- ``distillation_weight = 0`` (engagement objective only),
 * ``no_content``      -- ``use_content = False`` (IDs, types, degrees and structure only),
 * ``no_structure``    -- ``structural_bias = False`` (plain attention within each view),
 * ``one_level``       -- a single level of prototypes (the finest),
 * ``no_logq``         -- ``engagement_logq = False`` (no in-batch sampling correction).
 
-Both trained networks are scored, each embedded by ``Trainer.infer`` on the views it was trained on (student:
-narrow, teacher: broad), as the asset embeds the published one;
-``warm_recall`` / ``cold_recall`` are those of the published encoder (``published_encoder``, the student unless
-``--set published_encoder=teacher``), ``teacher_*`` / ``student_*`` those of each. Prints a table; with
-``--json PATH`` writes a list of ``{"variant", "published", "warm_recall", "cold_recall", "teacher_warm_recall",
-"teacher_cold_recall", "student_warm_recall", "student_cold_recall", "train_s"}``.
+For each row: the published encoder's warm and cold Recall@K, mean over seeds (and their standard deviation);
+its ratio to the best baseline and the difference, with a paired bootstrap interval over users of the
+seed-averaged per-user recall (``hir_pipeline.evaluation.runner.paired_comparisons``; cold also against
+content-only); the ``mean_user`` diagnostic (the published item embeddings scored against the mean user vector);
+the teacher's and the student's recall (each embedded on the views it trained on). Prints the baselines and a
+table; ``--json PATH`` writes ``{"split", "note", "k", "seeds", "settings", "grid", "baselines", "rows"}`` where
+each row holds ``variant``, ``overrides``, ``published``, ``warm_recall``, ``cold_recall``, ``*_seed_std``, the
+comparisons and ``per_seed`` results.
 
 The lake must hold the bronze tables and ``content_embeddings`` of the run date (e.g. after
 ``scripts/quickstart.sh``: ``--lake .hir/lake --run-date 1998-04-22`` for MovieLens).
 
-Usage: ``python benchmarks/hir_ablations.py --lake DIR --run-date D [--epochs 8] [--variants full,no_content]
-[--set key=value ...] [--cache PATH] [--json PATH]`` (``--lake`` / ``--run-date`` may be left out once ``--cache``
-holds the prepared split)
+Usage: ``python benchmarks/hir_ablations.py [--lake DIR --run-date D] --cache PATH [--split validation|test]
+[--seeds 3] [--variants full,no_content] [--set key=value ...] [--grid key=v1,v2 ...] [--epochs 8] [--json PATH]``
+(``--lake`` / ``--run-date`` may be left out once ``--cache`` holds the prepared splits)
 """
 
 from __future__ import annotations
@@ -34,12 +49,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import hashlib
+import itertools
 import json
 import os
 import pickle
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -49,13 +67,14 @@ VARIANTS = {
     "no_distillation": {"distillation_weight": 0.0},
     "no_content": {"use_content": False},
     "no_structure": {"structural_bias": False},
-    "one_level": {"level_sizes": None},  # filled with the finest level of the base config
+    "one_level": {"level_sizes": None},  # filled with the finest level of the run's settings
     "no_logq": {"engagement_logq": False},
 }
 SAMPLE_CONFIG = Path(__file__).resolve().parents[1] / "config" / "cpu_sample.yaml"
 #: Settings on top of the CPU sample config: quiet, on CPU.
 QUIET = {"log_every": 0, "device": "cpu"}
 ENCODERS = ("teacher", "student")
+SPLITS = ("validation", "test")
 
 
 def sample_settings(path: Path = SAMPLE_CONFIG) -> dict:
@@ -68,29 +87,100 @@ def sample_settings(path: Path = SAMPLE_CONFIG) -> dict:
 
 
 def prepare(lake: str, day: dt.date) -> dict:
-    """The evaluation data, HIR inputs and item content of ``day``'s split (Spark)."""
+    """The evaluation split of ``day`` and its inner validation split: data, HIR inputs, item content (Spark)."""
     from resources import SparkResource
-    from spark_jobs.evaluation import EvaluationJobConfig, prepare_evaluation, read_evaluation_inputs
+    from spark_jobs.evaluation import (
+        EvaluationJobConfig,
+        prepare_evaluation,
+        prepare_validation,
+        read_evaluation_inputs,
+    )
     from spark_jobs.evaluation_data import collect_content
 
     session = SparkResource().get_session()
     bronze, content = read_evaluation_inputs(session, lambda t: f"{lake}/{t}", day, require_content=True)
-    split, data, inputs = prepare_evaluation(bronze, content, day, EvaluationJobConfig())
+    config = EvaluationJobConfig()
+    split, data, inputs = prepare_evaluation(bronze, content, day, config)
+    # the split ALS tunes on (its fraction and the evaluation's seed), with the outer split's share of cold items
+    inner, inner_inputs = prepare_validation(bronze, split, data, content, day, config)
+    als, split_cfg = config.evaluation.als, config.split
     return {"data": data, "inputs": inputs, "item_content": collect_content(content, data.item_ids),
-            "note": split.note}
+            "note": split.note, "run_date": str(day),
+            "validation": {"data": inner, "inputs": inner_inputs, "fraction": als.validation_fraction,
+                           "seed": config.evaluation.seed, "cold_fraction": split_cfg.cold_item_fraction}}
 
 
-def run_variant(prepared: dict, overrides: dict, k: int) -> dict:
-    """Train one model on the prepared split and return the published encoder's, the teacher's and the student's
-    Recall@k."""
+def split_of(prepared: dict, split: str) -> tuple[Any, Any, str]:
+    """``(data, inputs, note)`` of the chosen split (``validation``: splits ``warm`` / ``cold`` of the inner one)."""
+    if split == "test":
+        return prepared["data"], prepared["inputs"], f"test split: {prepared.get('note', '')}"
+    v = prepared["validation"]
+    note = (f"inner validation split of the training part: {v['fraction']:g} of each user's pairs (seed "
+            f"{v['seed']}), {v['cold_fraction']:g} of the items cold")
+    return v["data"], v["inputs"], note
+
+
+def data_fingerprint(data) -> str:
+    """Hash of an EvalData's ids, training matrix and targets (what a baseline's result depends on)."""
+    h = hashlib.sha256()
+    h.update("\x00".join(data.user_ids + data.item_ids).encode())
+    for m in (data.train, *(data.targets[s] for s in sorted(data.targets))):
+        m = m.tocsr()
+        for a in (m.indptr, m.indices, m.data):
+            h.update(a.tobytes())
+    for s in sorted(data.candidates):
+        h.update(s.encode() + data.candidates[s].tobytes())
+    return h.hexdigest()[:24]
+
+
+def baseline_results(data, item_content, settings, cache: Path | None, say=print) -> dict:
+    """Per method, per split, per-user metrics of the baselines on ``data``, from ``cache`` when it has them.
+
+    Args:
+        data: the split's evaluation data.
+        item_content: item content aligned with ``data.item_ids`` (content-only baseline), or ``None``.
+        settings: ``EvaluationSettings`` (which baselines, their settings, the cut-off).
+        cache: pickle of earlier results (read, then rewritten with these), or ``None``.
+        say: called with one line per baseline.
+    """
+    from hir_pipeline.evaluation.runner import make_baselines, ranking_results
+
+    key = json.dumps({"data": data_fingerprint(data), "k": settings.k, "baselines": list(settings.baselines),
+                      "als": dataclasses.asdict(settings.als), "lightgcn": dataclasses.asdict(settings.lightgcn),
+                      "seed": settings.seed}, sort_keys=True)
+    stored = pickle.loads(cache.read_bytes()) if cache is not None and cache.exists() else {}
+    if key in stored:
+        say(f"baselines from {cache}")
+        return stored[key]
+    scorers = make_baselines(settings, item_content)
+    got = ranking_results(scorers, data, settings.k, progress=say)
+    result = {"per_user": got.per_user, "seconds": got.seconds,
+              "details": {s.name: s.best for s in scorers if getattr(s, "best", None)}}
+    if cache is not None:
+        stored[key] = result
+        tmp = cache.with_suffix(cache.suffix + ".tmp")
+        tmp.write_bytes(pickle.dumps(stored))
+        tmp.replace(cache)  # atomic: another reader never sees half a file
+    return result
+
+
+def run_variant(data, inputs, overrides: dict, k: int) -> dict:
+    """Train one model and return per-user metrics of the published encoder (``hir``), its mean-user version
+    (``hir_mean_user``), the teacher and the student, and the training seconds.
+
+    Args:
+        data: the split's evaluation data.
+        inputs: HIR's training inputs of that split.
+        overrides: ModelConfig / TrainConfig settings.
+        k: cut-off.
+    """
     import torch
 
-    from hir_pipeline.evaluation.scoring import EmbeddingScorer, evaluate_scorer
+    from hir_pipeline.evaluation.scoring import EmbeddingScorer, evaluate_per_user
     from hir_pipeline.model.config import ModelConfig, TrainConfig
     from hir_pipeline.training.fit import resolve_model_config
     from hir_pipeline.training.trainer import Trainer
 
-    data, inputs = prepared["data"], prepared["inputs"]
     model_names = {f.name for f in dataclasses.fields(ModelConfig)}
     train_names = {f.name for f in dataclasses.fields(TrainConfig)}
     unknown = set(overrides) - model_names - train_names
@@ -107,75 +197,239 @@ def run_variant(prepared: dict, overrides: dict, k: int) -> dict:
     trainer.fit()
     train_s = time.perf_counter() - t0
     ids = [str(e) for e in inputs.entity_ids]
-    per_encoder = {}
+    out = {}
     for who in ENCODERS:
-        emb = trainer.infer(which=who).embeddings
-        got = evaluate_scorer(EmbeddingScorer.from_lookup(data, ids, emb), data, k)
-        for split, metrics in got.items():
-            per_encoder[f"{who}_{split}_recall"] = round(metrics[f"recall_at_{k}"], 4)
-    published = train_cfg.published_encoder
-    return {"published": published,
-            **{f"{s}_recall": per_encoder.get(f"{published}_{s}_recall", float("nan")) for s in ("warm", "cold")},
-            **per_encoder, "train_s": round(train_s, 1)}
+        scorer = EmbeddingScorer.from_lookup(data, ids, trainer.infer(which=who).embeddings, who)
+        out[who] = evaluate_per_user(scorer, data, k)
+        if who == train_cfg.published_encoder:
+            out["hir"] = out[who]
+            out["hir_mean_user"] = evaluate_per_user(scorer.mean_user(), data, k)
+    return {"published": train_cfg.published_encoder, "per_user": out, "train_s": round(train_s, 1)}
 
 
-def _value(text: str):
+def summarize_runs(runs: list[dict], seeds: list[int], baselines: dict, settings) -> dict:
+    """One study row from a variant's runs over seeds: means, seed spread, comparisons, per-seed figures.
+
+    Args:
+        runs: :func:`run_variant` results, one per seed.
+        seeds: the training seed of each run.
+        baselines: per method, per split, the baselines' per-user metrics.
+        settings: ``EvaluationSettings`` (cut-off and bootstrap).
+    """
+    import numpy as np
+
+    from hir_pipeline.evaluation.runner import average_over_seeds, paired_comparisons
+
+    per_seed = []
+    for seed, run in zip(seeds, runs, strict=True):
+        row: dict[str, Any] = {"seed": seed, "train_s": run["train_s"]}
+        for who, name in (("hir", ""), ("hir_mean_user", "mean_user_"), ("teacher", "teacher_"),
+                          ("student", "student_")):
+            for split, got in run["per_user"][who].items():
+                row[f"{name}{split}_recall"] = round(float(got.recall.mean()), 4)
+        per_seed.append(row)
+    averaged = {who: average_over_seeds([r["per_user"][who] for r in runs]) for who in runs[0]["per_user"]}
+    out: dict[str, Any] = {"published": runs[0]["published"], "seeds": list(seeds)}
+    for who, name in (("hir", ""), ("hir_mean_user", "mean_user_"), ("teacher", "teacher_"),
+                      ("student", "student_")):
+        for split in averaged[who]:
+            values = [r[f"{name}{split}_recall"] for r in per_seed]
+            out[f"{name}{split}_recall"] = round(float(np.mean(values)), 4)
+            if who == "hir":
+                out[f"{split}_recall_seed_std"] = round(float(np.std(values, ddof=1)), 4) if len(values) > 1 else 0.0
+    comparisons = paired_comparisons({**baselines, "hir": averaged["hir"]}, settings)
+    out["comparisons"] = [{"split": c.split, "reference": c.reference, "baseline": c.baseline,
+                           **{f: round(v, 4) if isinstance(v, float) else v
+                              for f, v in dataclasses.asdict(c.interval).items()}} for c in comparisons]
+    out["train_s_mean"] = round(float(np.mean([r["train_s"] for r in per_seed])), 1)
+    out["per_seed"] = per_seed
+    return out
+
+
+def parse_value(text: str):
+    """A JSON value, or the text itself when it is not JSON (``student`` -> ``"student"``)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
 
 
-def main() -> None:
+def split_top_level(text: str) -> list[str]:
+    """Split on commas outside brackets: ``"[8,64],[16,128]"`` -> ``["[8,64]", "[16,128]"]``."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [*parts, cur]
+
+
+def parse_grid(specs: list[str]) -> dict[str, list]:
+    """``["lr=0.001,0.002", "level_sizes=[8,64],[512]"]`` -> ``{"lr": [0.001, 0.002], "level_sizes": [...]}``."""
+    grid: dict[str, list] = {}
+    for spec in specs:
+        if "=" not in spec:
+            raise SystemExit(f"--grid takes key=v1,v2,... (got {spec!r})")
+        key, values = spec.split("=", 1)
+        grid[key.strip()] = [parse_value(v.strip()) for v in split_top_level(values)]
+    return grid
+
+
+def grid_points(grid: dict[str, list]) -> list[dict]:
+    """Every combination of the grid's values (one empty point for an empty grid)."""
+    keys = list(grid)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def variant_overrides(base: dict, point: dict, variant: str) -> dict:
+    """The settings of one run: base, then the grid point, then the variant's ablation."""
+    from hir_pipeline.model.config import ModelConfig
+
+    merged = {**base, **point}
+    extra = dict(VARIANTS[variant])
+    if "level_sizes" in extra:
+        extra["level_sizes"] = [tuple(merged.get("level_sizes", ModelConfig().level_sizes))[-1]]
+    return {**merged, **extra}
+
+
+def study(data, inputs, baselines: dict, base: dict, grid: dict[str, list], variants: list[str], seeds: list[int],
+          settings, say=print) -> list[dict]:
+    """Train and score every (grid point, variant) over ``seeds``; one summary row each.
+
+    Args:
+        data: the split's evaluation data.
+        inputs: HIR's training inputs of that split.
+        baselines: per method, per split, the baselines' per-user metrics on ``data``.
+        base: ModelConfig / TrainConfig settings shared by every run.
+        grid: setting -> values to sweep (every combination is run).
+        variants: names among :data:`VARIANTS`.
+        seeds: training seeds.
+        settings: ``EvaluationSettings`` (cut-off and bootstrap).
+        say: called with one JSON line per trained model.
+    """
+    rows = []
+    for point in grid_points(grid):
+        for name in variants:
+            if name not in VARIANTS:
+                raise SystemExit(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
+            runs = []
+            for seed in seeds:
+                run = run_variant(data, inputs, {**variant_overrides(base, point, name), "seed": seed}, settings.k)
+                runs.append(run)
+                say(json.dumps({"variant": name, **point, "seed": seed, "train_s": run["train_s"],
+                                **{f"{s}_recall": round(float(v.recall.mean()), 4)
+                                   for s, v in run["per_user"]["hir"].items()}}))
+            rows.append({"variant": name, "overrides": point, **summarize_runs(runs, seeds, baselines, settings)})
+    return rows
+
+
+def _fmt_cmp(row: dict, split: str, reference: str) -> str:
+    for c in row["comparisons"]:
+        if c["split"] == split and c["reference"] == reference:
+            return (f"{c['ratio']:.2f}x [{c['ratio_low']:.2f}, {c['ratio_high']:.2f}] vs {c['baseline']}, "
+                    f"{c['diff']:+.4f} [{c['diff_low']:+.4f}, {c['diff_high']:+.4f}]")
+    return "-"
+
+
+def report(rows: list[dict], baselines: dict, k: int, confidence: float) -> str:
+    """The baselines' mean Recall@k and one line per study row (markdown)."""
+    import numpy as np
+
+    lines = [f"| baseline | warm recall@{k} | cold recall@{k} |", "|---|---|---|"]
+    for m, per_split in baselines.items():
+        vals = [f"{float(np.mean(per_split[s].recall)):.4f}" if s in per_split else "-" for s in ("warm", "cold")]
+        lines.append(f"| {m} | " + " | ".join(vals) + " |")
+    lines += ["", f"| variant | overrides | warm recall@{k} (sd) | warm vs best baseline | cold recall@{k} (sd) | "
+              "cold vs best baseline | cold vs content | mean user warm / cold | teacher warm / cold | "
+              "student warm / cold | train s |", "|" + "---|" * 11]
+    for r in rows:
+        lines.append(
+            f"| {r['variant']} | {json.dumps(r['overrides']) if r['overrides'] else '-'} "
+            f"| {r['warm_recall']:.4f} ({r['warm_recall_seed_std']:.4f}) | {_fmt_cmp(r, 'warm', 'best_baseline')} "
+            f"| {r['cold_recall']:.4f} ({r['cold_recall_seed_std']:.4f}) | {_fmt_cmp(r, 'cold', 'best_baseline')} "
+            f"| {_fmt_cmp(r, 'cold', 'content')} | {r['mean_user_warm_recall']:.4f} / {r['mean_user_cold_recall']:.4f} "
+            f"| {r['teacher_warm_recall']:.4f} / {r['teacher_cold_recall']:.4f} "
+            f"| {r['student_warm_recall']:.4f} / {r['student_cold_recall']:.4f} | {r['train_s_mean']} |")
+    lines.append(f"\nmeans over seeds {rows[0]['seeds'] if rows else []}; intervals: {confidence:.0%} paired "
+                 "bootstrap over users of the seed-averaged per-user recall (ratio of means, difference)")
+    return "\n".join(lines)
+
+
+def load_prepared(args, parser) -> dict:
+    """The cached splits, or freshly prepared ones (then cached); a cache without the validation split is
+    prepared again."""
+    prepared = pickle.loads(args.cache.read_bytes()) if args.cache and args.cache.exists() else None
+    if prepared is not None and "validation" in prepared:
+        return prepared
+    if args.lake is None or args.run_date is None:
+        parser.error("--lake and --run-date are required unless --cache names prepared splits (with validation)")
+    prepared = prepare(args.lake, args.run_date)
+    if args.cache:
+        args.cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.cache.with_suffix(args.cache.suffix + ".tmp")
+        tmp.write_bytes(pickle.dumps(prepared))
+        tmp.replace(args.cache)
+    return prepared
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from hir_pipeline.evaluation.runner import BASELINES, EvaluationSettings
+
+    defaults = EvaluationSettings()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--lake", help="lake root holding bronze tables and content_embeddings (not needed when --cache "
-                   "exists)")
+                   "holds the prepared splits)")
     p.add_argument("--run-date", type=dt.date.fromisoformat, help="run date of the split (not needed when --cache "
-                   "exists)")
+                   "holds the prepared splits)")
+    p.add_argument("--cache", type=Path, help="pickle of the prepared splits (reused when present); baseline "
+                   "results go beside it (<cache>.baselines.pkl)")
+    p.add_argument("--split", choices=SPLITS, default="validation", help="validation: tune (default); test: only "
+                   "to report settings chosen on validation")
+    p.add_argument("--seeds", type=int, default=3, help="HIR models per row (training seeds seed, seed + 1, ...)")
     p.add_argument("--epochs", type=int, default=8)
-    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated among {', '.join(VARIANTS)}")
+    p.add_argument("--variants", default="full", help=f"comma-separated among {', '.join(VARIANTS)}")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="ModelConfig / TrainConfig override for every variant (JSON value)")
-    p.add_argument("--k", type=int, default=20)
-    p.add_argument("--cache", type=Path, help="pickle of the prepared split (reused when present)")
+                   help="ModelConfig / TrainConfig override for every run (JSON value)")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="sweep a ModelConfig / TrainConfig setting (JSON values; every combination of the --grid "
+                   "options is run)")
+    p.add_argument("--baselines", default=",".join(defaults.baselines), help=f"among {', '.join(BASELINES)}")
+    p.add_argument("--k", type=int, default=defaults.k)
+    p.add_argument("--bootstrap-samples", type=int, default=defaults.bootstrap_samples)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--json", type=Path)
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
-    if args.cache and args.cache.exists():
-        prepared = pickle.loads(args.cache.read_bytes())
-    else:
-        if args.lake is None or args.run_date is None:
-            p.error("--lake and --run-date are required unless --cache names an existing prepared split")
-        prepared = prepare(args.lake, args.run_date)
-        if args.cache:
-            args.cache.write_bytes(pickle.dumps(prepared))
+    prepared = load_prepared(args, p)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
+    data, inputs, note = split_of(prepared, args.split)
+    settings = dataclasses.replace(defaults, k=args.k, baselines=tuple(args.baselines.split(",")),
+                                   als=dataclasses.replace(defaults.als, k=args.k),
+                                   bootstrap_samples=args.bootstrap_samples)
+    cache = args.cache.with_suffix(args.cache.suffix + ".baselines.pkl") if args.cache else None
+    baselines = baseline_results(data, prepared["item_content"], settings, cache)
     base = {**sample_settings(), **QUIET, "epochs": args.epochs,
-            **{k: _value(v) for k, v in (s.split("=", 1) for s in args.set)}}
-    rows = []
-    for name in args.variants.split(","):
-        if name not in VARIANTS:
-            raise SystemExit(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
-        extra = dict(VARIANTS[name])
-        if "level_sizes" in extra:
-            from hir_pipeline.model.config import ModelConfig
-
-            extra["level_sizes"] = [tuple(base.get("level_sizes", ModelConfig().level_sizes))[-1]]
-        got = run_variant(prepared, {**base, **extra}, args.k)
-        rows.append({"variant": name, **got})
-        print(json.dumps(rows[-1]), flush=True)
-    print(f"\nsplit: {prepared.get('note', '')}; settings: {json.dumps(base)}")
-    cols = ["variant", "published", "warm_recall", "cold_recall", "teacher_warm_recall", "teacher_cold_recall",
-            "student_warm_recall", "student_cold_recall", "train_s"]
-    print(" | ".join(f"{c:>20}" for c in cols))
-    for r in rows:
-        print(" | ".join(f"{r.get(c, float('nan'))!s:>20}" for c in cols))
+            **{k: parse_value(v) for k, v in (s.split("=", 1) for s in args.set)}}
+    first_seed = int(base.pop("seed", 0))
+    seeds = [first_seed + i for i in range(args.seeds)]
+    grid = parse_grid(args.grid)
+    rows = study(data, inputs, baselines["per_user"], base, grid, args.variants.split(","), seeds, settings)
+    print(f"\n{note}; settings: {json.dumps(base)}; grid: {json.dumps(grid)}")
+    print(report(rows, baselines["per_user"], args.k, settings.confidence))
+    result = {"split": args.split, "note": note, "k": args.k, "seeds": seeds, "settings": base, "grid": grid,
+              "baselines": {m: {s: round(float(v.recall.mean()), 4) for s, v in per.items()}
+                            for m, per in baselines["per_user"].items()},
+              "baseline_details": baselines["details"], "rows": rows}
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+        args.json.write_text(json.dumps(result, indent=2))
+    return result
 
 
 if __name__ == "__main__":

@@ -5,14 +5,20 @@ and its views from the *training* events only (cold items keep their entity and 
 activity edge), trains HIR on it with the given (production) settings, and scores HIR and the baselines on the
 same held-out targets. :func:`read_evaluation_inputs` reads what it needs from the lake and
 :func:`write_evaluation_metrics` replaces the run date's rows of ``evaluation_metrics``.
+
+:func:`prepare_validation` carves the inner validation split out of the training part (the split ALS tunes its
+grid on, :func:`~hir_pipeline.evaluation.data.validation_split`) and rebuilds HIR's inputs without the held-out
+pairs, so that HIR's settings are chosen without looking at the reported targets
+(``benchmarks/hir_ablations.py --split validation``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +27,19 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import EVALUATION_METRICS_DDL
-from hir_pipeline.evaluation.data import EvalData
+from hir_pipeline.evaluation.data import VALIDATION, WARM, EvalData, validation_split
 from hir_pipeline.evaluation.runner import (
+    Comparison,
     EvaluationSettings,
     MetricRow,
+    PerUser,
+    average_over_seeds,
     clustering_rows,
+    comparison_rows,
     make_baselines,
-    ranking_rows,
-    target_ratios,
+    metric_rows,
+    paired_comparisons,
+    ranking_results,
 )
 from hir_pipeline.evaluation.scoring import EmbeddingScorer
 from hir_pipeline.model.config import ModelConfig, TrainConfig
@@ -117,6 +128,13 @@ def _summary(data: EvalData) -> dict[str, Any]:
     }
 
 
+def _comparison_details(c: Comparison) -> dict[str, Any]:
+    """A comparison as JSON-safe details (an undefined ratio becomes ``None``)."""
+    interval = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in asdict(c.interval).items()}
+    return {"split": c.split, "reference": c.reference, "baseline": c.baseline, **interval}
+
+
 def prepare_evaluation(
     bronze: Mapping[str, DataFrame],
     content: DataFrame | None,
@@ -144,13 +162,86 @@ def prepare_evaluation(
     data = stages.run("collect_pairs", lambda: collect_eval_data(split, events, run_date, graph.funnel,
                                                                  graph.stage_weights))
     say(f"evaluation data: {_summary(data)}")
+    inputs = training_inputs(bronze, split.train_events, content, run_date, config, "evaluation", stages)
+    return split, data, inputs
+
+
+def training_inputs(
+    bronze: Mapping[str, DataFrame],
+    train_events: DataFrame,
+    content: DataFrame | None,
+    run_date: dt.date,
+    config: EvaluationJobConfig,
+    purpose: str = "evaluation",
+    stages: Stages | None = None,
+) -> Any:
+    """HIR's training inputs from the graph and views of ``train_events`` only (a ``ModelInputs``).
+
+    Args:
+        bronze, content, run_date: as in :func:`evaluate_run` (the bronze ``events`` are not read).
+        train_events: the events HIR may learn from.
+        config: the run's settings (its graph settings and the training's engagement weights are used here).
+        purpose: recorded in the inputs' provenance.
+        stages: times each step (None: untimed).
+    """
+    stages = stages or Stages()
+    graph = config.graph
     nodes, edges, views = stages.run("train_graph", lambda: build_split_graph(
-        bronze["entities"], bronze["relations"], split.train_events, run_date, graph))
-    inputs = stages.run("model_inputs", lambda: load_model_inputs(
+        bronze["entities"], bronze["relations"], train_events, run_date, graph))
+    return stages.run("model_inputs", lambda: load_model_inputs(
         GraphSnapshot(run_date, nodes, edges, views), content, funnel=graph.funnel,
         engagement_weights=config.train.engagement_weights,
-        provenance={"purpose": "evaluation", "run_date": str(run_date)}))
-    return split, data, inputs
+        provenance={"purpose": purpose, "run_date": str(run_date)}))
+
+
+def held_out_pairs(data: EvalData, inner: EvalData) -> list[tuple[str, str]]:
+    """``(user_id, entity_id)`` of the training pairs of ``data`` that ``inner`` no longer trains on.
+
+    Args:
+        data: the evaluation data.
+        inner: data carved from it by :func:`~hir_pipeline.evaluation.data.validation_split`.
+    """
+    gone = (data.train.astype(bool).astype(np.int8) - inner.train.astype(bool).astype(np.int8)).tocoo()
+    keep = gone.data > 0
+    return [(data.user_ids[u], data.item_ids[i]) for u, i in zip(gone.row[keep], gone.col[keep], strict=True)]
+
+
+def prepare_validation(
+    bronze: Mapping[str, DataFrame],
+    split: EvaluationSplit,
+    data: EvalData,
+    content: DataFrame | None,
+    run_date: dt.date,
+    config: EvaluationJobConfig,
+    stages: Stages | None = None,
+) -> tuple[EvalData, Any]:
+    """The inner validation split of the training part and HIR's inputs rebuilt without its held-out pairs.
+
+    The split is :func:`~hir_pipeline.evaluation.data.validation_split`, the one ALS's grid search draws (its
+    ``validation_fraction`` and the evaluation's seed), with the split's ``cold_item_fraction`` of the items still
+    trained on made cold; every training event of a held-out pair (warm validation or cold) is dropped before the
+    graph is rebuilt, so HIR never trains on a validation target.
+
+    Args:
+        bronze, content, run_date: as in :func:`evaluate_run`.
+        split: the outer split (its ``train_events``).
+        data: the outer split's evaluation data (its ``train`` is what the inner split is carved from).
+        config: the run's settings.
+        stages: times each step (None: untimed).
+
+    Returns:
+        ``(inner, inputs)``: the inner data with splits ``warm`` (the validation pairs) and ``cold``, and HIR's
+        inputs of the remaining training events.
+    """
+    evaluation = config.evaluation
+    inner = validation_split(data, evaluation.als.validation_fraction, evaluation.seed,
+                             config.split.cold_item_fraction).renamed({VALIDATION: WARM})
+    pairs = held_out_pairs(data, inner)
+    session = split.train_events.sparkSession
+    gone = session.createDataFrame(pairs, "user_id string, entity_id string")
+    train_events = split.train_events.join(F.broadcast(gone), ["user_id", "entity_id"], "left_anti")
+    inputs = training_inputs(bronze, train_events, content, run_date, config, "validation", stages)
+    return inner, inputs
 
 
 def evaluate_run(
@@ -165,6 +256,12 @@ def evaluate_run(
 ) -> EvaluationOutcome:
     """Split, train HIR on the training part, and evaluate HIR and the baselines on the held-out targets.
 
+    HIR is trained ``config.evaluation.hir_seeds`` times (training seeds ``config.train.seed``, ``+ 1``, ...; the
+    first is the production model, whose clusters are scored) and its rows are each user's metrics averaged over
+    the seeds; ``hir_mean_user`` scores HIR's items against the mean user vector (a global prior, no
+    personalisation); HIR's comparison rows carry paired bootstrap intervals over users
+    (:func:`hir_pipeline.evaluation.runner.comparison_rows`).
+
     Args:
         bronze: the bronze ``entities``, ``relations`` and ``events`` (:func:`read_evaluation_inputs`).
         content: the ``content_embeddings`` snapshot (fused ``embedding`` column), or ``None``.
@@ -178,24 +275,54 @@ def evaluate_run(
     config = config or EvaluationJobConfig()
     settings = config.evaluation
     stages = Stages(say=say, label="evaluation: ")
+    seconds = stages.seconds
     split, data, inputs = prepare_evaluation(bronze, content, run_date, config, stages, say)
     summary = _summary(data)
 
     from hir_pipeline.training.fit import fit_and_embed
 
-    fit = stages.run("hir_fit", lambda: fit_and_embed(inputs, config.model, config.train, checkpoint_dir))
+    model_config, train_config = config.model, config.train
     entity_ids = [str(e) for e in inputs.entity_ids]
-    hir = EmbeddingScorer.from_lookup(data, entity_ids, fit.inference.embeddings, "hir")
+    seeds = [train_config.seed + i for i in range(settings.hir_seeds)]
+    runs: list[PerUser] = []
+    fit = None
+    for i, seed in enumerate(seeds):
+        # the first seed is the production one and keeps the checkpoint folder a re-run resumes from
+        ckpt = Path(checkpoint_dir) if i == 0 else Path(checkpoint_dir) / f"seed_{seed}"
+        cfg = replace(train_config, seed=seed)
+        got = stages.run("hir_fit" if i == 0 else f"hir_fit_seed_{seed}",
+                         lambda cfg=cfg, ckpt=ckpt: fit_and_embed(inputs, model_config, cfg, ckpt))
+        fit = fit or got
+        hir = EmbeddingScorer.from_lookup(data, entity_ids, got.inference.embeddings, "hir")
+        scored = ranking_results([hir, hir.mean_user()], data, settings.k, progress=say)
+        seconds.update({f"method_{m}" + (f"_seed_{seed}" if i else ""): round(v, 2)
+                        for m, v in scored.seconds.items()})
+        runs.append(scored.per_user)
+    assert fit is not None
+    per_user: PerUser = {m: average_over_seeds([r[m] for r in runs]) for m in runs[0]}
+    rows: list[MetricRow] = [row for m, got in per_user.items() for row in metric_rows(m, got, settings.k)]
+    recall = f"recall_at_{settings.k}"
+    by_seed = {seed: {s: float(v.recall.mean()) for s, v in r["hir"].items()} for seed, r in zip(seeds, runs,
+                                                                                                 strict=True)}
+    if len(seeds) > 1:
+        rows += [("hir", s, f"{recall}_seed_std", float(np.std([by_seed[x][s] for x in seeds], ddof=1)))
+                 for s in per_user["hir"]]
     item_content = collect_content(content, data.item_ids)
-    scorers = [hir, *make_baselines(settings, item_content)]
-    rows, method_seconds = ranking_rows(scorers, data, settings.k, progress=say)
-    seconds = {**stages.seconds, **{f"method_{m}": s for m, s in method_seconds.items()}}
-    rows += target_ratios(rows, settings.k)
+    scorers = make_baselines(settings, item_content)
+    baselines = ranking_results(scorers, data, settings.k, progress=say)
+    seconds.update({f"method_{m}": round(v, 2) for m, v in baselines.seconds.items()})
+    rows += baselines.rows
+    per_user.update(baselines.per_user)
+    comparisons = paired_comparisons(per_user, settings)
+    rows += comparison_rows(comparisons, settings.k)
     assignments = [np.argmax(p, axis=1) for p in fit.inference.probs]
     rows += clustering_rows(entity_ids, [str(t) for t in inputs.entity_types], assignments,
                             fit.model_cfg.level_sizes, truth)
     details: dict[str, Any] = {"target_stage": split.target_stage, "split_note": split.note,
-                               "users_per_stage": split.users_per_stage}
+                               "users_per_stage": split.users_per_stage,
+                               "hir_seeds": {str(seed): {s: round(v, 4) for s, v in got.items()}
+                                             for seed, got in by_seed.items()},
+                               "comparisons": [_comparison_details(c) for c in comparisons]}
     for s in scorers:
         if getattr(s, "best", None):
             details[f"{s.name}_best"] = s.best

@@ -3,6 +3,7 @@
 * :mod:`~hir_pipeline.evaluation.data` - the user x item evaluation data of one split;
 * :mod:`~hir_pipeline.evaluation.metrics` - Recall@K, NDCG@K, NMI, cluster usage;
 * :mod:`~hir_pipeline.evaluation.scoring` - the scorer interface, the embedding (HIR) scorer, ranking;
+* :mod:`~hir_pipeline.evaluation.bootstrap` - paired bootstrap intervals over users;
 * :mod:`~hir_pipeline.evaluation.baselines` - popularity, ALS, LightGCN, content-only;
 * :mod:`~hir_pipeline.evaluation.gate` - the champion promotion gate;
 * :mod:`~hir_pipeline.evaluation.report` - comparison table, plot, metric rows.
@@ -16,10 +17,13 @@ _EXPORTS = {
     "EvalData": "data",
     "GateDecision": "gate",
     "Scorer": "scoring",
+    "UserScores": "scoring",
     "cluster_usage": "metrics",
+    "evaluate_per_user": "scoring",
     "evaluate_scorer": "scoring",
     "ndcg_at_k": "metrics",
     "nmi": "metrics",
+    "paired_bootstrap": "bootstrap",
     "promotion_gate": "gate",
     "recall_at_k": "metrics",
 }

@@ -44,6 +44,16 @@ class EvalData:
     def splits(self) -> list[str]:
         return list(self.targets)
 
+    def renamed(self, names: Mapping[str, str]) -> EvalData:
+        """The same data with splits renamed (e.g. ``{"validation": "warm"}``); unnamed splits keep their name.
+
+        Args:
+            names: old split name -> new split name.
+        """
+        return EvalData(self.user_ids, self.item_ids, self.train,
+                        {names.get(s, s): t for s, t in self.targets.items()},
+                        {names.get(s, s): c for s, c in self.candidates.items()})
+
     @classmethod
     def from_pairs(
         cls,
@@ -102,20 +112,30 @@ class EvalData:
 VALIDATION = "validation"
 
 
-def validation_split(data: EvalData, fraction: float = 0.1, seed: int = 0) -> EvalData:
+def validation_split(data: EvalData, fraction: float = 0.1, seed: int = 0, cold_fraction: float = 0.0) -> EvalData:
     """Hold out a seeded random ``fraction`` of every user's training pairs (users with at least two).
 
-    Grid searches tune on this inner split so that the reported targets are never looked at.
+    Grid searches tune on this inner split so that the reported targets are never looked at: ALS picks its grid
+    point on it, and HIR's settings are chosen on the same split (``benchmarks/hir_ablations.py --split
+    validation``), with a share of cold items carved out too so that cold-start recall can be tuned.
 
     Args:
         data: the evaluation data; only ``train`` is used.
         fraction: share of each user's training pairs moved to the ``validation`` targets.
         seed: seed of the choice.
+        cold_fraction: share of the items that keep training pairs after the hold-out that become cold: every
+            pair on them (kept or held out) leaves ``train`` and becomes a ``cold`` target, as the outer split
+            withholds its cold items. The warm hold-out is drawn first and the same whatever this share, so the
+            ``validation`` pairs are ALS's grid-search pairs less those on the new cold items. 0: no ``cold``
+            split (ALS's grid search).
 
     Returns:
-        New data whose ``train`` lacks the held-out pairs and whose only split is ``validation`` (candidates:
-        items that still have training pairs).
+        New data whose ``train`` lacks the held-out pairs and whose splits are ``validation`` (candidates: items
+        that still have training pairs) and, when ``cold_fraction > 0``, ``cold`` (candidates: the new cold
+        items).
     """
+    if not 0.0 <= cold_fraction < 1.0:
+        raise ValueError(f"cold_fraction must be in [0, 1), got {cold_fraction}")
     rng = np.random.default_rng(seed)
     train = data.train.tocsr()
     coo = train.tocoo()
@@ -125,10 +145,25 @@ def validation_split(data: EvalData, fraction: float = 0.1, seed: int = 0) -> Ev
         n_hold = int(np.floor((hi - lo) * fraction))
         if hi - lo >= 2 and n_hold > 0:
             hold[lo + rng.choice(hi - lo, size=n_hold, replace=False)] = True
+    cold = np.zeros(train.shape[1], dtype=bool)
+    if cold_fraction > 0:
+        # a stream of its own: the warm hold-out above stays ALS's whatever the cold share
+        kept = np.flatnonzero(np.bincount(coo.col[~hold], minlength=train.shape[1]) > 0)
+        n_cold = int(round(len(kept) * cold_fraction))
+        cold[np.random.default_rng([seed, 1]).choice(kept, size=n_cold, replace=False)] = True
+    on_cold = cold[coo.col]
     # tocoo of a canonical CSR keeps the row-major order, so positions line up with indptr
-    fit = sp.csr_matrix((coo.data[~hold], (coo.row[~hold], coo.col[~hold])), shape=train.shape)
-    val = sp.csr_matrix((np.ones(int(hold.sum()), np.float32), (coo.row[hold], coo.col[hold])), shape=train.shape)
+    keep = ~hold & ~on_cold
+    fit = sp.csr_matrix((coo.data[keep], (coo.row[keep], coo.col[keep])), shape=train.shape)
+    val_pairs = hold & ~on_cold
+    val = sp.csr_matrix((np.ones(int(val_pairs.sum()), np.float32), (coo.row[val_pairs], coo.col[val_pairs])),
+                        shape=train.shape)
     warm = np.asarray(fit.getnnz(axis=0) > 0)
     val = sp.csr_matrix(val.multiply(sp.csr_matrix(warm[None, :].astype(np.float32))))
     val.eliminate_zeros()
-    return EvalData(list(data.user_ids), list(data.item_ids), fit, {VALIDATION: val}, {VALIDATION: warm})
+    targets, candidates = {VALIDATION: val}, {VALIDATION: warm}
+    if cold_fraction > 0:
+        targets[COLD] = sp.csr_matrix((np.ones(int(on_cold.sum()), np.float32), (coo.row[on_cold], coo.col[on_cold])),
+                                      shape=train.shape)
+        candidates[COLD] = cold
+    return EvalData(list(data.user_ids), list(data.item_ids), fit, targets, candidates)

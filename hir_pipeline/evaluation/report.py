@@ -16,17 +16,60 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None or not math.isfinite(v) else f"{v:.4f}"
 
 
-def comparison_table(rows: Sequence[MetricRow], k: int = 20, note: str | None = None) -> str:
-    """Markdown table: one line per method, Recall@k / NDCG@k for warm and cold items, users evaluated.
+def _order(method: str) -> tuple:
+    """HIR, then its diagnostics (``hir_*``), then the baselines in :data:`BASELINES` order, then the rest."""
+    return (method != "hir", not method.startswith("hir"), BASELINES.index(method) if method in BASELINES else 99,
+            method)
+
+
+def _comparison_lines(val: dict, k: int, confidence: float) -> list[str]:
+    """One line per HIR comparison row: the ratio, its interval and the difference with its interval."""
+    metric = f"recall_at_{k}"
+    parts, with_ci = [], False
+    for s in _SPLITS:
+        for ref in ("best_baseline", "content"):
+            ratio = val.get(("hir", s, f"{metric}_vs_{ref}"))
+            if ratio is None:
+                continue
+            label = ref.replace("_", " ")
+            if ref == "best_baseline":
+                # the rule of runner.best_baseline: highest mean, first in BASELINES order on a tie
+                base = [(val[(m, s, metric)], -i, m) for i, m in enumerate(BASELINES)
+                        if math.isfinite(val.get((m, s, metric), math.nan))]
+                label += f" ({max(base)[2]})" if base else ""
+            text = f"{s} recall@{k} vs {label} = {_fmt_x(ratio)}"
+            lo, hi = (val.get(("hir", s, f"{metric}_vs_{ref}_ci_{e}")) for e in ("low", "high"))
+            if lo is not None and hi is not None:
+                with_ci = True
+                text += f" [{_fmt_x(lo)}, {_fmt_x(hi)}]"
+            diff = val.get(("hir", s, f"{metric}_diff_vs_{ref}"))
+            if diff is not None:
+                d_lo, d_hi = (val.get(("hir", s, f"{metric}_diff_vs_{ref}_ci_{e}"), math.nan) for e in ("low", "high"))
+                text += f", difference {diff:+.4f} [{d_lo:+.4f}, {d_hi:+.4f}]"
+            parts.append(text)
+    if not parts:
+        return []
+    tail = f" ({confidence:.0%} paired bootstrap intervals over users)" if with_ci else ""
+    return ["targets: " + "; ".join(parts) + tail]
+
+
+def _fmt_x(v: float) -> str:
+    return f"{v:.2f}x" if math.isfinite(v) else "-"
+
+
+def comparison_table(rows: Sequence[MetricRow], k: int = 20, note: str | None = None,
+                     confidence: float = 0.95) -> str:
+    """Markdown table: one line per method, Recall@k / NDCG@k for warm and cold items, users evaluated, and
+    HIR's ratios to the baselines with their intervals.
 
     Args:
         rows: metric rows of every method.
         k: cut-off of the ranking metrics.
         note: a line printed under the table (e.g. the target stage and any fallback).
+        confidence: nominal coverage of the intervals among ``rows`` (names them).
     """
     val = {(m, s, name): v for m, s, name, v in rows}
-    methods = sorted({m for m, s, _, _ in rows if s in _SPLITS},
-                     key=lambda m: (m != "hir", BASELINES.index(m) if m in BASELINES else 99, m))
+    methods = sorted({m for m, s, _, _ in rows if s in _SPLITS}, key=_order)
     cols = [(s, name) for s in _SPLITS for name in (f"recall_at_{k}", f"ndcg_at_{k}")]
     head = "| method | " + " | ".join(f"{s} {name.replace('_at_', '@')}" for s, name in cols) + " |"
     lines = [head, "|" + "---|" * (len(cols) + 1)]
@@ -35,9 +78,7 @@ def comparison_table(rows: Sequence[MetricRow], k: int = 20, note: str | None = 
     users = {s: val.get((methods[0], s, "users")) for s in _SPLITS} if methods else {}
     lines.append("")
     lines.append("users evaluated: " + ", ".join(f"{s} {int(u)}" for s, u in users.items() if u is not None))
-    ratios = [(s, name, v) for m, s, name, v in rows if m == "hir" and "_vs_" in name]
-    if ratios:
-        lines.append("targets: " + "; ".join(f"{s} {name.replace('_at_', '@')} = {v:.2f}x" for s, name, v in ratios))
+    lines += _comparison_lines(val, k, confidence)
     nmis = sorted((s, name, v) for m, s, name, v in rows if m == "hir" and name.startswith("nmi_level_")
                   and s == "all")
     if nmis:
@@ -55,8 +96,7 @@ def comparison_plot(rows: Sequence[MetricRow], k: int = 20) -> bytes:
     import matplotlib.pyplot as plt
 
     val = {(m, s, name): v for m, s, name, v in rows}
-    methods = sorted({m for m, s, _, _ in rows if s in _SPLITS},
-                     key=lambda m: (m != "hir", BASELINES.index(m) if m in BASELINES else 99, m))
+    methods = sorted({m for m, s, _, _ in rows if s in _SPLITS}, key=_order)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for ax, name in zip(axes, (f"recall_at_{k}", f"ndcg_at_{k}"), strict=True):
         width = 0.8 / max(len(methods), 1)

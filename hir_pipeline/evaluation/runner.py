@@ -4,6 +4,11 @@ A metric row is ``(method, split, metric, value)``, the shape of the ``evaluatio
 orchestration layer adds ``model_version`` and ``run_date``). Ranking rows have split ``warm`` / ``cold``;
 clustering rows (HIR only) have split ``all`` or an entity type, and metrics ``nmi_level_<l>``,
 ``clusters_used_level_<l>``, ``usage_perplexity_level_<l>``, ``largest_share_level_<l>``.
+
+Comparison rows (HIR only, per split) come from per-user Recall@K: ``recall_at_<k>_vs_<ref>`` is HIR's mean over
+the reference's, ``recall_at_<k>_diff_vs_<ref>`` their difference, each with ``_ci_low`` / ``_ci_high`` ends of a
+paired bootstrap interval over users (:mod:`~hir_pipeline.evaluation.bootstrap`); ``<ref>`` is
+``best_baseline`` (the baseline with the highest mean Recall@K on that split) and, on cold items, ``content``.
 """
 
 from __future__ import annotations
@@ -25,19 +30,25 @@ from hir_pipeline.evaluation.baselines import (
     PopularityScorer,
     RandomScorer,
 )
+from hir_pipeline.evaluation.bootstrap import PairedInterval, paired_bootstrap
 from hir_pipeline.evaluation.data import COLD, WARM, EvalData
 from hir_pipeline.evaluation.metrics import cluster_usage, nmi
-from hir_pipeline.evaluation.scoring import Scorer, evaluate_scorer
+from hir_pipeline.evaluation.scoring import Scorer, UserScores, evaluate_per_user, summarize
 from hir_pipeline.timing import Stages
 
 log = logging.getLogger(__name__)
 
 #: ``(method, split, metric, value)``.
 MetricRow = tuple[str, str, str, float]
+#: Every baseline, in report order; ``random`` is the floor (on cold items the collaborative baselines rank
+#: items they never saw, which is no better than it).
 Baseline = Literal["popularity", "als", "lightgcn", "content", "random"]
-#: Every baseline there is; the default runs all but ``random``.
 KNOWN_BASELINES: tuple[str, ...] = get_args(Baseline)
-BASELINES = ("popularity", "als", "lightgcn", "content")
+BASELINES: tuple[Baseline, ...] = KNOWN_BASELINES
+#: Reference names of the comparison rows.
+BEST_BASELINE, CONTENT = "best_baseline", "content"
+#: Per method, per split, the per-user metrics.
+PerUser = dict[str, dict[str, UserScores]]
 
 
 @dataclass(frozen=True)
@@ -46,11 +57,15 @@ class EvaluationSettings:
 
     Args:
         k: ranking cut-off of Recall@k and NDCG@k (and of the Recall@k the ALS grid maximises).
-        baselines: baselines to run, among ``popularity``, ``als``, ``lightgcn``, ``content`` (and ``random``).
+        baselines: baselines to run, among ``popularity``, ``als``, ``lightgcn``, ``content``, ``random``.
         als: ALS grid.
         lightgcn: LightGCN settings.
-        seed: seed of the baselines (ALS initialisation and validation split, LightGCN, random); it replaces
-            the seeds of ``als`` and ``lightgcn``.
+        seed: seed of the baselines (ALS initialisation and validation split, LightGCN, random; it replaces the
+            seeds of ``als`` and ``lightgcn``) and of the bootstrap resampling.
+        hir_seeds: HIR models trained on the split, with the training seeds ``seed, seed + 1, ...`` of the
+            training config; HIR's rows are their per-user mean (each extra seed costs one more training).
+        bootstrap_samples: resamples of the users for the paired intervals of HIR vs the baselines.
+        confidence: nominal coverage of those intervals.
     """
 
     k: int = 20
@@ -58,6 +73,9 @@ class EvaluationSettings:
     als: ALSConfig = field(default_factory=ALSConfig)
     lightgcn: LightGCNConfig = field(default_factory=LightGCNConfig)
     seed: int = 0
+    hir_seeds: int = 1
+    bootstrap_samples: int = 2000
+    confidence: float = 0.95
 
     def __post_init__(self) -> None:
         unknown = [b for b in self.baselines if b not in KNOWN_BASELINES]
@@ -65,6 +83,10 @@ class EvaluationSettings:
             raise ValueError(f"unknown baseline {unknown[0]!r} in baselines; known: {', '.join(KNOWN_BASELINES)}")
         if self.k < 1:
             raise ValueError("k must be >= 1")
+        if self.hir_seeds < 1:
+            raise ValueError(f"hir_seeds must be >= 1, got {self.hir_seeds}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
 
 
 def make_baselines(settings: EvaluationSettings, content: np.ndarray | None) -> list[Scorer]:
@@ -78,8 +100,8 @@ def make_baselines(settings: EvaluationSettings, content: np.ndarray | None) -> 
     for name in settings.baselines:
         if name == "popularity":
             out.append(PopularityScorer())
-        elif name == "als":  # one cut-off and one seed for every method
-            out.append(ALSScorer(replace(settings.als, k=settings.k, seed=settings.seed)))
+        elif name == "als":
+            out.append(ALSScorer(replace(settings.als, k=settings.k, seed=settings.seed)))  # one cut-off, one seed
         elif name == "lightgcn":
             out.append(LightGCNScorer(replace(settings.lightgcn, seed=settings.seed)))
         elif name == "content":
@@ -94,6 +116,54 @@ def make_baselines(settings: EvaluationSettings, content: np.ndarray | None) -> 
     return out
 
 
+@dataclass
+class RankingResults:
+    """Args:
+    rows: ranking metric rows of every method (means over users, as :func:`ranking_rows`).
+    seconds: seconds each method took (fit and evaluation).
+    per_user: per method, per split, each user's metrics (what the paired intervals need).
+    """
+
+    rows: list[MetricRow]
+    seconds: dict[str, float]
+    per_user: PerUser
+
+
+def metric_rows(method: str, per_user: dict[str, UserScores], k: int) -> list[MetricRow]:
+    """``(method, split, recall_at_<k> | ndcg_at_<k> | users, value)`` rows of one method's per-user metrics.
+
+    Args:
+        method: method name of the rows.
+        per_user: per split, the method's per-user metrics.
+        k: cut-off (names the metrics).
+    """
+    return [(method, split, metric, float(value))
+            for split, metrics in summarize(per_user, k).items() for metric, value in metrics.items()]
+
+
+def ranking_results(scorers: Sequence[Scorer], data: EvalData, k: int,
+                    progress: Callable[[str], None] | None = None) -> RankingResults:
+    """Fit and evaluate every scorer, keeping each user's metrics.
+
+    Args:
+        scorers: unfitted scorers (already-fitted ones, like HIR's embedding scorer, just validate).
+        data: the evaluation data.
+        k: cut-off.
+        progress: called with a line per method (e.g. ``context.log.info``).
+    """
+    stages = Stages()
+    out = RankingResults([], stages.seconds, {})
+    for scorer in scorers:
+        with stages(scorer.name):
+            got = evaluate_per_user(scorer.fit(data), data, k)
+        out.per_user[scorer.name] = got
+        out.rows += metric_rows(scorer.name, got, k)
+        if progress is not None:
+            summary = ", ".join(f"{s} recall@{k} {m[f'recall_at_{k}']:.4f}" for s, m in summarize(got, k).items())
+            progress(f"{scorer.name}: {summary} ({out.seconds[scorer.name]:.1f}s)")
+    return out
+
+
 def ranking_rows(scorers: Sequence[Scorer], data: EvalData, k: int,
                  progress: Callable[[str], None] | None = None) -> tuple[list[MetricRow], dict[str, float]]:
     """Fit and evaluate every scorer; returns the metric rows and the seconds each method took.
@@ -104,21 +174,107 @@ def ranking_rows(scorers: Sequence[Scorer], data: EvalData, k: int,
         k: cut-off.
         progress: called with a line per method (e.g. ``context.log.info``).
     """
+    got = ranking_results(scorers, data, k, progress)
+    return got.rows, got.seconds
+
+
+def average_over_seeds(runs: Sequence[dict[str, UserScores]]) -> dict[str, UserScores]:
+    """Each user's metrics averaged over runs of one method that differ only by seed.
+
+    Args:
+        runs: per run, per split, the per-user metrics (the same users in every run, as on the same data).
+    """
+    if not runs:
+        raise ValueError("no runs to average")
+    out = {}
+    for split, first in runs[0].items():
+        for run in runs[1:]:
+            if not np.array_equal(run[split].users, first.users):
+                raise ValueError(f"runs evaluated different users on split {split!r}")
+        out[split] = UserScores(first.users, np.mean([r[split].recall for r in runs], axis=0),
+                                np.mean([r[split].ndcg for r in runs], axis=0))
+    return out
+
+
+def best_baseline(per_user: PerUser, split: str) -> str | None:
+    """The baseline with the highest mean Recall on ``split`` (first in :data:`BASELINES` order on a tie).
+
+    Args:
+        per_user: per method, per split, the per-user metrics.
+        split: the split.
+    """
+    means = {m: float(per_user[m][split].recall.mean()) for m in BASELINES
+             if m in per_user and split in per_user[m] and per_user[m][split].recall.size}
+    return max(means, key=lambda m: (means[m], -BASELINES.index(m))) if means else None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A paired comparison of HIR with one baseline on one split.
+
+    Args:
+        split: the split.
+        reference: ``best_baseline`` or ``content``.
+        baseline: the baseline's method name.
+        interval: HIR (``a``) vs the baseline (``b``), per-user Recall@K.
+    """
+
+    split: str
+    reference: str
+    baseline: str
+    interval: PairedInterval
+
+
+def paired_comparisons(per_user: PerUser, settings: EvaluationSettings, method: str = "hir") -> list[Comparison]:
+    """HIR vs the best baseline on every split, and vs content-only on cold items, paired over users.
+
+    The best baseline is chosen by its mean on the whole split (not again in each resample).
+
+    Args:
+        per_user: per method, per split, the per-user metrics (``method`` and the baselines).
+        settings: resamples, confidence and seed of the bootstrap.
+        method: the method compared.
+    """
+    out = []
+    for split, mine in per_user.get(method, {}).items():
+        refs = [(BEST_BASELINE, best_baseline(per_user, split))]
+        if split == COLD and CONTENT in per_user:
+            refs.append((CONTENT, CONTENT))
+        for reference, baseline in refs:
+            if baseline is None or split not in per_user[baseline]:
+                continue
+            theirs = per_user[baseline][split]
+            if not np.array_equal(theirs.users, mine.users):
+                raise ValueError(f"{method} and {baseline} were evaluated on different users of {split!r}")
+            out.append(Comparison(split, reference, baseline, paired_bootstrap(
+                mine.recall, theirs.recall, settings.bootstrap_samples, settings.confidence, settings.seed)))
+    return out
+
+
+def comparison_rows(comparisons: Sequence[Comparison], k: int, method: str = "hir") -> list[MetricRow]:
+    """Metric rows of paired comparisons (the module docstring names them); undefined values (a ratio to a
+    baseline whose mean is 0) are left out.
+
+    Args:
+        comparisons: from :func:`paired_comparisons`.
+        k: cut-off.
+        method: method name of the rows.
+    """
+    metric = f"recall_at_{k}"
     rows: list[MetricRow] = []
-    stages = Stages()
-    for scorer in scorers:
-        with stages(scorer.name):
-            got = evaluate_scorer(scorer.fit(data), data, k)
-        for split, metrics in got.items():
-            rows += [(scorer.name, split, metric, float(value)) for metric, value in metrics.items()]
-        if progress is not None:
-            summary = ", ".join(f"{s} recall@{k} {m[f'recall_at_{k}']:.4f}" for s, m in got.items())
-            progress(f"{scorer.name}: {summary} ({stages.seconds[scorer.name]:.1f}s)")
-    return rows, stages.seconds
+    for c in comparisons:
+        iv, ref = c.interval, c.reference
+        rows += [(method, c.split, f"{metric}_vs_{ref}", iv.ratio),
+                 (method, c.split, f"{metric}_vs_{ref}_ci_low", iv.ratio_low),
+                 (method, c.split, f"{metric}_vs_{ref}_ci_high", iv.ratio_high),
+                 (method, c.split, f"{metric}_diff_vs_{ref}", iv.diff),
+                 (method, c.split, f"{metric}_diff_vs_{ref}_ci_low", iv.diff_low),
+                 (method, c.split, f"{metric}_diff_vs_{ref}_ci_high", iv.diff_high)]
+    return [row for row in rows if math.isfinite(row[3])]
 
 
 def target_ratios(rows: Sequence[MetricRow], k: int, method: str = "hir") -> list[MetricRow]:
-    """Target ratios: warm Recall@k over the best baseline's, cold Recall@k over content-only's.
+    """The issue's target ratios: warm Recall@k over the best baseline's, cold Recall@k over content-only's.
 
     Args:
         rows: ranking rows of all methods.

@@ -2,12 +2,14 @@
 
 A scorer is fitted on :class:`~hir_pipeline.evaluation.data.EvalData` (it may only read ``train``, the id
 lists and whatever side information it was built with) and then returns dense ``[B, I]`` score matrices for
-batches of users. :func:`evaluate_scorer` ranks, per split, only that split's candidate items, never an item
-the user engaged with in training, and averages Recall@K / NDCG@K over users with targets.
+batches of users. :func:`evaluate_per_user` ranks, per split, only that split's candidate items, never an item
+the user engaged with in training, and returns each user's Recall@K / NDCG@K (what a paired comparison of two
+methods needs); :func:`evaluate_scorer` averages them over users with targets.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -77,6 +79,21 @@ class EmbeddingScorer:
     def score(self, users: np.ndarray) -> np.ndarray:
         return self.users[users] @ self.items.T
 
+    def mean_user(self, name: str | None = None) -> EmbeddingScorer:
+        """The same items scored for every user against one vector: the mean of the users' vectors.
+
+        A diagnostic: it ranks every user's list by a global prior alone, so the gap between a method and its
+        mean-user version is what personalisation adds. Users without an embedding (zero rows) are left out
+        of the mean; users keep their own training items excluded, as for every scorer.
+
+        Args:
+            name: method name in the report (default ``<name>_mean_user``).
+        """
+        known = np.linalg.norm(self.users, axis=1) > 0
+        mean = self.users[known].mean(0) if known.any() else np.zeros(self.users.shape[1], np.float32)
+        users = np.broadcast_to(mean.astype(np.float32), self.users.shape)
+        return EmbeddingScorer(users, self.items, name or f"{self.name}_mean_user")
+
 
 def top_k(scores: np.ndarray, allowed: np.ndarray, k: int) -> np.ndarray:
     """Indices of the ``k`` best allowed items per row, best first (``-1`` pads rows with fewer allowed).
@@ -101,8 +118,65 @@ def top_k(scores: np.ndarray, allowed: np.ndarray, k: int) -> np.ndarray:
     return ranked
 
 
+@dataclass(frozen=True)
+class UserScores:
+    """Per-user ranking metrics of one method on one split.
+
+    Args:
+        users: int ``[B]`` row indices (into ``data.user_ids``) of the users with at least one target, ascending;
+            the same for every method evaluated on the same data, so two methods pair up user by user.
+        recall: float64 ``[B]`` Recall@K of each of those users.
+        ndcg: float64 ``[B]`` NDCG@K of each of those users.
+    """
+
+    users: np.ndarray
+    recall: np.ndarray
+    ndcg: np.ndarray
+
+
+def evaluate_per_user(scorer: Scorer, data: EvalData, k: int = 20, batch_size: int = 1024) -> dict[str, UserScores]:
+    """Recall@K and NDCG@K of a fitted scorer for every user with targets, on every split of ``data``.
+
+    Args:
+        scorer: a fitted scorer.
+        data: the evaluation data.
+        k: cut-off.
+        batch_size: users scored per batch (bounds the ``[B, I]`` score matrix).
+    """
+    out: dict[str, UserScores] = {}
+    engaged = data.train.astype(bool).tocsr()
+    for split, targets in data.targets.items():
+        users = np.flatnonzero(targets.getnnz(axis=1) > 0)
+        candidates = data.candidates[split]
+        recalls, ndcgs = [np.zeros(0)], [np.zeros(0)]
+        for start in range(0, len(users), batch_size):
+            batch = users[start:start + batch_size]
+            allowed = candidates[None, :] & ~engaged[batch].toarray()
+            ranked = top_k(scorer.score(batch), allowed, k)
+            rows = targets[batch]
+            hits = hits_matrix(ranked, rows)
+            n_targets = rows.getnnz(axis=1)
+            recalls.append(recall_at_k(hits, n_targets))
+            ndcgs.append(ndcg_at_k(hits, n_targets))
+        out[split] = UserScores(users, np.concatenate(recalls), np.concatenate(ndcgs))
+    return out
+
+
+def summarize(per_user: dict[str, UserScores], k: int) -> dict[str, dict[str, float]]:
+    """Per split: ``recall_at_<k>``, ``ndcg_at_<k>`` (means over users; NaN when none) and ``users``.
+
+    Args:
+        per_user: per split, the per-user metrics (:func:`evaluate_per_user`).
+        k: the cut-off they were computed at (names the metrics).
+    """
+    return {split: {f"recall_at_{k}": float(got.recall.mean()) if got.recall.size else float("nan"),
+                    f"ndcg_at_{k}": float(got.ndcg.mean()) if got.ndcg.size else float("nan"),
+                    "users": float(len(got.users))}
+            for split, got in per_user.items()}
+
+
 def evaluate_scorer(scorer: Scorer, data: EvalData, k: int = 20, batch_size: int = 1024) -> dict[str, dict[str, float]]:
-    """Recall@K and NDCG@K of a fitted scorer on every split of ``data``.
+    """Recall@K and NDCG@K of a fitted scorer on every split of ``data``, averaged over users with targets.
 
     Args:
         scorer: a fitted scorer.
@@ -114,26 +188,4 @@ def evaluate_scorer(scorer: Scorer, data: EvalData, k: int = 20, batch_size: int
         Per split: ``recall_at_<k>``, ``ndcg_at_<k>`` (means over users with targets; NaN when none) and
         ``users`` (how many users were evaluated).
     """
-    out: dict[str, dict[str, float]] = {}
-    engaged = data.train.astype(bool).tocsr()
-    for split, targets in data.targets.items():
-        users = np.flatnonzero(targets.getnnz(axis=1) > 0)
-        candidates = data.candidates[split]
-        recalls, ndcgs = [], []
-        for start in range(0, len(users), batch_size):
-            batch = users[start:start + batch_size]
-            allowed = candidates[None, :] & ~engaged[batch].toarray()
-            ranked = top_k(scorer.score(batch), allowed, k)
-            rows = targets[batch]
-            hits = hits_matrix(ranked, rows)
-            n_targets = rows.getnnz(axis=1)
-            recalls.append(recall_at_k(hits, n_targets))
-            ndcgs.append(ndcg_at_k(hits, n_targets))
-        rec = np.concatenate(recalls) if recalls else np.array([])
-        nd = np.concatenate(ndcgs) if ndcgs else np.array([])
-        out[split] = {
-            f"recall_at_{k}": float(rec.mean()) if rec.size else float("nan"),
-            f"ndcg_at_{k}": float(nd.mean()) if nd.size else float("nan"),
-            "users": float(len(users)),
-        }
-    return out
+    return summarize(evaluate_per_user(scorer, data, k, batch_size), k)

@@ -35,7 +35,7 @@ DAY = dt.date.fromisoformat(RUN_DATE)
 #: The training graph's settings: the graph_settings resource the graph assets share.
 GRAPH_SETTINGS = GraphSettingsResource(broad_fanout=[6, 2], narrow_fanout=[4], max_view_nodes=20, max_dist=3, seed=1)
 CONFIG = {
-    "split": {"min_target_users": 5}, "baselines": ["popularity", "als", "lightgcn", "content"],
+    "split": {"min_target_users": 5}, "baselines": ["popularity", "als", "lightgcn", "content", "random"],
     "als": {"factors": [8], "regularization": [0.1], "alpha": [1.0], "iterations": 5},
     "lightgcn": {"embedding_dim": 8, "num_layers": 1, "epochs": 2},
 }
@@ -110,11 +110,19 @@ def test_writes_every_method_and_split_to_delta_and_mlflow(spark, eval_lake, fir
     version, run_id = eval_lake["versions"][RUN_DATE]
     assert {r["model_version"] for r in rows} == {version}
     got = {(r["method"], r["split"], r["metric"]): r["value"] for r in rows}
-    for method in ("hir", "popularity", "als", "lightgcn", "content"):
+    for method in ("hir", "hir_mean_user", "popularity", "als", "lightgcn", "content", "random"):
         for split in ("warm", "cold"):
             assert 0.0 <= got[(method, split, "recall_at_20")] <= 1.0
             assert 0.0 <= got[(method, split, "ndcg_at_20")] <= 1.0
             assert got[(method, split, "users")] > 0
+    # HIR vs the best baseline (and content-only on cold): ratio and difference with a paired bootstrap interval
+    for split, ref in (("warm", "best_baseline"), ("cold", "best_baseline"), ("cold", "content")):
+        base = "content" if ref == "content" else max(
+            ("popularity", "als", "lightgcn", "content", "random"), key=lambda m: got[(m, split, "recall_at_20")])
+        diff = got[("hir", split, f"recall_at_20_diff_vs_{ref}")]
+        assert diff == pytest.approx(got[("hir", split, "recall_at_20")] - got[(base, split, "recall_at_20")])
+        assert got[("hir", split, f"recall_at_20_diff_vs_{ref}_ci_low")] <= diff
+        assert got[("hir", split, f"recall_at_20_diff_vs_{ref}_ci_high")] >= diff
     # synthetic source: NMI per level against the planted hierarchy, and cluster usage per level
     for lvl in range(3):
         assert 0.0 <= got[("hir", "all", f"nmi_level_{lvl}")] <= 1.0
@@ -126,6 +134,7 @@ def test_writes_every_method_and_split_to_delta_and_mlflow(spark, eval_lake, fir
     [mat] = first.get_asset_materialization_events()
     meta = {k: v.value for k, v in mat.materialization.metadata.items()}
     assert meta["comparison"].startswith("| method |") and "| lightgcn |" in meta["comparison"]
+    assert "(95% paired bootstrap intervals over users)" in meta["comparison"]
     assert meta["plot"].startswith("![comparison](data:image/png;base64,")
     assert meta["dagster/row_count"] == len(rows)
     assert meta["details"]["hir_published_encoder"] == "student"  # the training run logged no config: the default

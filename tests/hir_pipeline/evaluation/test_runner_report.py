@@ -8,14 +8,20 @@ import pytest
 from hir_pipeline.evaluation.baselines import ALSConfig, LightGCNConfig
 from hir_pipeline.evaluation.report import comparison_plot, comparison_table
 from hir_pipeline.evaluation.runner import (
+    BASELINES,
     EvaluationSettings,
     align_levels,
+    average_over_seeds,
+    best_baseline,
     clustering_rows,
+    comparison_rows,
     make_baselines,
+    paired_comparisons,
+    ranking_results,
     ranking_rows,
     target_ratios,
 )
-from hir_pipeline.evaluation.scoring import EmbeddingScorer
+from hir_pipeline.evaluation.scoring import EmbeddingScorer, UserScores, evaluate_per_user
 
 
 def test_ranking_rows_cover_every_method_and_split(planted):
@@ -28,20 +34,20 @@ def test_ranking_rows_cover_every_method_and_split(planted):
     lines = []
     rows, seconds = ranking_rows([hir, *make_baselines(settings, content)], data, 5, progress=lines.append)
     methods = {m for m, _, _, _ in rows}
-    assert methods == {"hir", "popularity", "als", "lightgcn", "content"} == set(seconds)
+    assert methods == {"hir", "popularity", "als", "lightgcn", "content", "random"} == set(seconds)
     assert {(s, name) for _, s, name, _ in rows} == {(s, n) for s in ("warm", "cold")
                                                      for n in ("recall_at_5", "ndcg_at_5", "users")}
-    assert len(lines) == 5 and lines[0].startswith("hir: warm recall@5")
+    assert len(lines) == 6 and lines[0].startswith("hir: warm recall@5")
     ratios = {(s, name): v for _, s, name, v in target_ratios(rows, 5)}
     val = {(m, s, n): v for m, s, n, v in rows}
-    best_warm = max(val[(m, "warm", "recall_at_5")] for m in ("popularity", "als", "lightgcn", "content"))
+    best_warm = max(val[(m, "warm", "recall_at_5")] for m in ("popularity", "als", "lightgcn", "content", "random"))
     assert ratios[("warm", "recall_at_5_vs_best_baseline")] == pytest.approx(val[("hir", "warm", "recall_at_5")]
                                                                              / best_warm)
     assert ratios[("cold", "recall_at_5_vs_content")] == pytest.approx(val[("hir", "cold", "recall_at_5")]
                                                                        / val[("content", "cold", "recall_at_5")])
     table = comparison_table(rows + target_ratios(rows, 5), 5, note="targets: conversion")
     assert table.splitlines()[0] == "| method | warm recall@5 | warm ndcg@5 | cold recall@5 | cold ndcg@5 |"
-    assert table.splitlines()[2].startswith("| hir | ") and "vs_best_baseline" in table
+    assert table.splitlines()[2].startswith("| hir | ") and "warm recall@5 vs best baseline (" in table
     assert table.endswith("targets: conversion")
     assert comparison_plot(rows, 5)[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -73,3 +79,87 @@ def test_clustering_rows_nmi_and_usage():
     assert rows[("user", "nmi_level_0")] == pytest.approx(1.0)
     assert rows[("all", "clusters_used_level_0")] == 2 and rows[("all", "clusters_used_level_1")] == 2
     assert ("all", "nmi_level_0") not in {(s, m) for _, s, m, _ in clustering_rows(ids, types, [coarse], [8])}
+
+
+def _scores(users, recall) -> UserScores:
+    return UserScores(np.asarray(users), np.asarray(recall, dtype=float), np.asarray(recall, dtype=float))
+
+
+def test_ranking_results_keep_each_users_metrics(planted):
+    data, content, _ = planted
+    pop = make_baselines(EvaluationSettings(baselines=("popularity", "random")), content)
+    got = ranking_results(pop, data, 5)
+    assert set(got.per_user) == {"popularity", "random"} and set(got.seconds) == {"popularity", "random"}
+    val = {(m, s, n): v for m, s, n, v in got.rows}
+    for method, per_split in got.per_user.items():
+        for split, scores in per_split.items():
+            assert val[(method, split, "recall_at_5")] == pytest.approx(scores.recall.mean())
+            assert val[(method, split, "users")] == len(scores.users)
+    assert ranking_rows(pop, data, 5)[0] == got.rows
+
+
+def test_average_over_seeds_is_per_user():
+    runs = [{"warm": _scores([0, 2], [1.0, 0.0])}, {"warm": _scores([0, 2], [0.5, 0.5])}]
+    got = average_over_seeds(runs)["warm"]
+    assert got.users.tolist() == [0, 2] and got.recall.tolist() == [0.75, 0.25]
+    with pytest.raises(ValueError, match="different users"):
+        average_over_seeds([runs[0], {"warm": _scores([0, 1], [1.0, 0.0])}])
+
+
+def test_paired_comparisons_against_the_best_baseline_and_content():
+    n = 400
+    rng = np.random.default_rng(0)
+    u = rng.random(n)
+    users = np.arange(n)
+    per_user = {
+        "hir": {"warm": _scores(users, u < 0.3), "cold": _scores(users, u < 0.2)},
+        "als": {"warm": _scores(users, u < 0.25), "cold": _scores(users, u < 0.01)},
+        "popularity": {"warm": _scores(users, u < 0.1), "cold": _scores(users, u < 0.02)},
+        "content": {"warm": _scores(users, u < 0.05), "cold": _scores(users, u < 0.1)},
+        "random": {"warm": _scores(users, u < 0.01), "cold": _scores(users, u < 0.15)},
+        "hir_mean_user": {"warm": _scores(users, u < 0.5), "cold": _scores(users, u < 0.5)},  # not a baseline
+    }
+    assert best_baseline(per_user, "warm") == "als" and best_baseline(per_user, "cold") == "random"
+    settings = EvaluationSettings(bootstrap_samples=500)
+    comps = {(c.split, c.reference): c for c in paired_comparisons(per_user, settings)}
+    assert set(comps) == {("warm", "best_baseline"), ("cold", "best_baseline"), ("cold", "content")}
+    warm = comps[("warm", "best_baseline")]
+    assert warm.baseline == "als" and comps[("cold", "content")].baseline == "content"
+    # HIR's hits are a superset of ALS's: every resample has HIR ahead
+    assert warm.interval.diff == pytest.approx((u < 0.3).mean() - (u < 0.25).mean())
+    assert 0 < warm.interval.diff_low <= warm.interval.diff <= warm.interval.diff_high
+    assert warm.interval.ratio_low > 1.0
+    rows = {(s, m): v for _, s, m, v in comparison_rows(list(comps.values()), 20)}
+    assert rows[("warm", "recall_at_20_vs_best_baseline")] == pytest.approx(warm.interval.ratio)
+    assert rows[("cold", "recall_at_20_diff_vs_content_ci_low")] == comps[("cold", "content")].interval.diff_low
+    assert len(rows) == 3 * 6
+    zero = {m: {"warm": _scores(users, np.zeros(n))} for m in ("als", "popularity")}
+    [c] = paired_comparisons({"hir": {"warm": _scores(users, u < 0.3)}, **zero}, settings)
+    assert {m for _, _, m, _ in comparison_rows([c], 20)} == {f"recall_at_20_diff_vs_best_baseline{e}"
+                                                             for e in ("", "_ci_low", "_ci_high")}
+    table = comparison_table([("hir", "warm", "recall_at_20", 0.3), ("als", "warm", "recall_at_20", 0.25),
+                              *comparison_rows(list(comps.values()), 20)], 20, confidence=0.9)
+    iv = warm.interval
+    assert f"vs best baseline (als) = {iv.ratio:.2f}x [{iv.ratio_low:.2f}x, {iv.ratio_high:.2f}x]" in table
+    assert "(90% paired bootstrap intervals over users)" in table
+
+
+def test_mean_user_row_next_to_hir(planted):
+    data, _, comm = planted
+    ids = list(comm)
+    hir = EmbeddingScorer.from_lookup(data, ids, np.eye(4)[[comm[e] for e in ids]])
+    got = ranking_results([hir, hir.mean_user()], data, 5)
+    # one community vector for everyone cannot personalise: it ranks below the planted communities
+    for split in ("warm", "cold"):
+        assert got.per_user["hir_mean_user"][split].recall.mean() < got.per_user["hir"][split].recall.mean()
+    table = comparison_table(got.rows, 5)
+    assert [line.split(" |")[0] for line in table.splitlines()[2:4]] == ["| hir", "| hir_mean_user"]
+    assert "random" in BASELINES and evaluate_per_user(hir, data, 5)["warm"].users.size > 0
+
+
+def test_table_names_the_best_baseline_like_the_runner():
+    rows = [("hir", "warm", "recall_at_20", 0.3), ("als", "warm", "recall_at_20", 0.25),
+            ("popularity", "warm", "recall_at_20", 0.25), ("hir", "warm", "recall_at_20_vs_best_baseline", 1.2)]
+    per_user = {m: {"warm": _scores([0], [v])} for m, _, _, v in rows[1:3]}
+    assert best_baseline(per_user, "warm") == "popularity"  # a tie goes to the first in BASELINES order
+    assert "warm recall@20 vs best baseline (popularity) = 1.20x" in comparison_table(rows, 20)

@@ -1,0 +1,114 @@
+"""benchmarks/hir_ablations.py: grid parsing, and a whole study on a toy split (seeds, grid, baselines cached,
+comparisons, JSON), run through its command line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hir_pipeline.contracts import ENTITY_TYPES
+from hir_pipeline.evaluation.data import COLD, VALIDATION, WARM, EvalData, validation_split
+from hir_pipeline.training.inputs import ModelInputs
+from hir_pipeline.training.toy import make_toy_graph
+
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "hir_ablations.py"
+_SPEC = importlib.util.spec_from_file_location("hir_ablations", _PATH)
+bench = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(bench)
+
+TINY = ["--set", "hidden_dim=16", "--set", "num_layers=1", "--set", "num_heads=2", "--set", "out_dim=8",
+        "--set", "level_sizes=[2,4]", "--set", "id_buckets=64", "--set", "batch_size=16",
+        "--set", "engagement_batch_size=16", "--set", "pad_to=16", "--set", "attn_block_size=16",
+        "--set", "warmup_steps=1", "--epochs", "1"]
+
+
+def test_grid_parsing():
+    assert bench.split_top_level("[8,64],[16,128]") == ["[8,64]", "[16,128]"]
+    grid = bench.parse_grid(["lr=0.001,0.002", "level_sizes=[8,64],[512]", "published_encoder=student,teacher"])
+    assert grid == {"lr": [0.001, 0.002], "level_sizes": [[8, 64], [512]], "published_encoder": ["student", "teacher"]}
+    points = bench.grid_points(grid)
+    assert len(points) == 8 and points[0] == {"lr": 0.001, "level_sizes": [8, 64], "published_encoder": "student"}
+    assert bench.grid_points({}) == [{}]
+    # one_level keeps the finest level of the point's own level sizes
+    assert bench.variant_overrides({"level_sizes": [8, 64, 512]}, {"level_sizes": [4, 16]}, "one_level")[
+        "level_sizes"] == [16]
+    with pytest.raises(SystemExit):
+        bench.parse_grid(["lr"])
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    """A toy 'prepared splits' pickle: HIR inputs of a planted graph, evaluation data with warm and cold targets
+    (the last product of each community is cold), and its inner validation split."""
+    toy = make_toy_graph(num_communities=2, users_per=8, items_per=5, content_dim=8, broad_cap=12, narrow_cap=6,
+                         id_buckets=64, seed=0)
+    f = toy.features
+    inputs = ModelInputs(
+        entity_ids=np.asarray(toy.entity_ids, dtype=object),
+        entity_types=np.asarray([ENTITY_TYPES[t] for t in f.node_type.tolist()], dtype=object),
+        node_type=f.node_type.numpy(), degree_bucket=f.degree_bucket.numpy(), has_history=f.has_history.numpy(),
+        content=f.content.numpy(), has_content=f.has_content.numpy(), broad_views=toy.broad_views,
+        narrow_views=toy.narrow_views, engagement=toy.engagement, max_edge_type=10)
+    ids = np.asarray(toy.entity_ids)
+    products = [i for i, t in enumerate(f.node_type.tolist()) if ENTITY_TYPES[t] == "product"]
+    cold = [i for i in products if i + 1 >= len(ids) or ENTITY_TYPES[int(f.node_type[i + 1])] != "product"]
+    u, i, w = toy.engagement
+    trained = ~np.isin(i, cold)
+    rng = np.random.default_rng(0)
+    users = sorted(set(u.tolist()))
+    own = {c: [p for p in products if toy.community[p] == c and p not in cold] for c in set(toy.community.tolist())}
+    warm_t = [(x, int(rng.choice(own[toy.community[x]]))) for x in users]
+    cold_t = [(x, next(p for p in cold if toy.community[p] == toy.community[x])) for x in users]
+    data = EvalData.from_pairs(
+        (ids[u[trained]].tolist(), ids[i[trained]].tolist(), w[trained].tolist()),
+        {WARM: ([ids[a] for a, _ in warm_t], [ids[b] for _, b in warm_t]),
+         COLD: ([ids[a] for a, _ in cold_t], [ids[b] for _, b in cold_t])},
+        ids[products].tolist(), ids[cold].tolist())
+    pos = {e: k for k, e in enumerate(toy.entity_ids)}
+    content = f.content.numpy()[[pos[e] for e in data.item_ids]]
+    inner = validation_split(data, 0.25, 0, 0.2).renamed({VALIDATION: WARM})
+    path = tmp_path_factory.mktemp("bench") / "split.pkl"
+    path.write_bytes(pickle.dumps({
+        "data": data, "inputs": inputs, "item_content": content, "note": "toy",
+        "validation": {"data": inner, "inputs": inputs, "fraction": 0.25, "seed": 0, "cold_fraction": 0.2}}))
+    return path
+
+
+def test_study_over_seeds_and_grid_with_cached_baselines(prepared, tmp_path, capsys):
+    torch.set_num_threads(1)
+    out = tmp_path / "study.json"
+    args = ["--cache", str(prepared), "--baselines", "popularity,content,random", "--bootstrap-samples", "200",
+            "--json", str(out), *TINY]
+    result = bench.main([*args, "--seeds", "2", "--grid", "lr=0.001,0.003"])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    assert result["split"] == "validation" and result["seeds"] == [0, 1]
+    assert set(result["baselines"]) == {"popularity", "content", "random"}
+    rows = result["rows"]
+    assert [r["overrides"] for r in rows] == [{"lr": 0.001}, {"lr": 0.003}]
+    for r in rows:
+        assert [s["seed"] for s in r["per_seed"]] == [0, 1] and r["published"] == "student"
+        for split in (WARM, COLD):
+            per_seed = [s[f"{split}_recall"] for s in r["per_seed"]]
+            assert r[f"{split}_recall"] == pytest.approx(np.mean(per_seed), abs=1e-4)
+            assert r[f"{split}_recall_seed_std"] == pytest.approx(np.std(per_seed, ddof=1), abs=1e-4)
+            assert 0.0 <= r[f"mean_user_{split}_recall"] <= 1.0
+        refs = {(c["split"], c["reference"]) for c in r["comparisons"]}
+        assert refs == {(WARM, "best_baseline"), (COLD, "best_baseline"), (COLD, "content")}
+        for c in r["comparisons"]:
+            assert c["diff_low"] <= c["diff"] <= c["diff_high"]
+            assert c["mean_a"] == pytest.approx(r[f"{c['split']}_recall"], abs=1e-3)
+    printed = capsys.readouterr().out
+    assert "| variant | overrides |" in printed and "paired bootstrap over users" in printed
+    # the baselines are cached beside the split: a rerun reads them back
+    cache = prepared.with_suffix(".pkl.baselines.pkl")
+    assert cache.exists()
+    again = bench.main([*args, "--seeds", "1", "--split", "test"])
+    assert again["split"] == "test" and len(pickle.loads(cache.read_bytes())) == 2  # one entry per split
+    bench.main([*args, "--seeds", "1"])
+    assert "baselines from" in capsys.readouterr().out
