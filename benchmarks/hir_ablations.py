@@ -111,7 +111,7 @@ def run_variant(prepared: dict, overrides: dict, k: int) -> dict:
     model_kw = {k_: (tuple(v) if k_ == "level_sizes" else v) for k_, v in overrides.items() if k_ in model_names}
     model_cfg = resolve_model_config(ModelConfig(**model_kw), inputs)
     train_cfg = TrainConfig(**{k_: v for k_, v in overrides.items() if k_ in train_names})
-    features = inputs.features(model_cfg.id_buckets)
+    features = inputs.features(model_cfg)
     torch.manual_seed(train_cfg.seed)
     trainer = Trainer(model_cfg, train_cfg, features, inputs.broad_views, inputs.narrow_views or None,
                       inputs.engagement)

@@ -30,7 +30,19 @@ class ModelConfig:
         content_dim: width ``Dc`` of the pretrained content embedding rows fed in (zero rows where absent).
         num_node_types: size of the node-type vocabulary (``len(ENTITY_TYPES)``).
         degree_buckets: number of degree buckets (``contracts.DEGREE_BUCKETS``).
-        id_buckets: hashed-ID embedding buckets, used only for nodes with interaction history.
+        id_buckets: rows of the ID embedding table (and of the history table), used only for nodes with
+            interaction history. While those nodes number at most ``id_buckets`` (and ``exact_ids``), each gets a
+            row of its own and the table is shrunk to their number (``training.fit.resolve_model_config``);
+            beyond it their IDs are hashed into ``id_buckets`` rows (collisions share a row).
+        exact_ids: give each node with history its own ID row while they fit in ``id_buckets`` (``False``: always
+            hash, an ablation).
+        use_history: add to each token a funnel-weighted mean of its engagement neighbours (SVD++ / FISM): a learned
+            table indexed by the neighbours' IDs, projected to ``hidden_dim``. During training the engagement pair
+            being scored is left out of both its ends' pools; inference pools the whole training history.
+        history_content: also pool the neighbours' content embeddings (projected on their own), so a user's token
+            carries what the items it engaged with are, which reaches items never engaged with.
+        history_max_neighbours: pool at most this many neighbours per node, those of largest funnel weight (ties:
+            lowest ``node_idx``); 0 pools them all. Bounds the per-step cost of hub nodes.
         max_dist: largest shortest-path distance stored in views; ``max_dist + 1`` means unreachable.
         num_edge_types: edge-type vocabulary size excluding 0 ("no direct edge"); ids are 1..num_edge_types.
         level_sizes: prototypes per hierarchy level, **coarsest first** so that model level ``i`` is
@@ -69,6 +81,10 @@ class ModelConfig:
     num_node_types: int = len(ENTITY_TYPES)
     degree_buckets: int = DEGREE_BUCKETS
     id_buckets: int = 1 << 16
+    exact_ids: bool = True
+    use_history: bool = True
+    history_content: bool = True
+    history_max_neighbours: int = 256
     max_dist: int = 4
     num_edge_types: int = 32
     level_sizes: tuple[int, ...] = (8, 64, 512)
@@ -97,6 +113,8 @@ class ModelConfig:
             raise ValueError("level_sizes are coarsest first and must not shrink")
         if self.teacher_target not in ("centering", "sinkhorn"):
             raise ValueError(f"unknown teacher_target {self.teacher_target!r}")
+        if self.id_buckets < 1 or self.history_max_neighbours < 0:
+            raise ValueError("id_buckets must be >= 1 and history_max_neighbours >= 0")
 
     @property
     def num_levels(self) -> int:
