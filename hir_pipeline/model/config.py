@@ -132,7 +132,10 @@ class TrainConfig:
         lr: peak AdamW learning rate (linear warm-up, cosine decay).
         min_lr: final learning rate of the cosine decay.
         warmup_steps: linear warm-up steps.
-        weight_decay: AdamW weight decay.
+        weight_decay: AdamW weight decay (not applied to biases, norms and the ID / history tables).
+        id_lr: peak learning rate of the ID and history embedding tables (their own AdamW group, no weight decay,
+            same warm-up and cosine shape); ``None``: ``lr``. A row is updated only when its node is in a batch, so
+            it sees far fewer steps than the shared weights.
         grad_clip: max gradient norm (0 disables clipping).
         ema_momentum: teacher EMA momentum at the start; it follows a cosine to ``ema_momentum_end``.
         ema_momentum_end: teacher EMA momentum at the end of training.
@@ -164,6 +167,7 @@ class TrainConfig:
     min_lr: float = 1e-5
     warmup_steps: int = 100
     weight_decay: float = 0.04
+    id_lr: float | None = None
     grad_clip: float = 3.0
     ema_momentum: float = 0.996
     ema_momentum_end: float = 1.0
@@ -179,5 +183,7 @@ class TrainConfig:
     published_encoder: str = "student"
 
     def __post_init__(self) -> None:
+        if self.id_lr is not None and self.id_lr < 0:
+            raise ValueError("id_lr must be >= 0 (or None: lr)")
         if self.published_encoder not in PUBLISHED_ENCODERS:
             raise ValueError(f"unknown published_encoder {self.published_encoder!r}; one of {PUBLISHED_ENCODERS}")

@@ -107,12 +107,7 @@ class Trainer:
         self.student = HIRModel(model_cfg).to(self.device)
         self.teacher = copy.deepcopy(self.student)
         self.teacher.requires_grad_(False)
-        decay = [p for p in self.student.parameters() if p.ndim >= 2]
-        no_decay = [p for p in self.student.parameters() if p.ndim < 2]
-        self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": train_cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=train_cfg.lr,
-        )
+        self.optimizer = torch.optim.AdamW(self._param_groups(), lr=train_cfg.lr)
         self.loss_fn = HierarchicalDINOLoss(
             model_cfg.level_sizes, model_cfg.student_temp, model_cfg.teacher_temp, model_cfg.center_momentum,
             model_cfg.teacher_target, model_cfg.sinkhorn_iters,
@@ -123,6 +118,19 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
 
     # -- setup helpers -----------------------------------------------------------------------------------
+    def _param_groups(self) -> list[dict[str, Any]]:
+        """AdamW groups: weights with decay; biases and norms without; the ID and history tables without decay at
+        their own peak learning rate ``id_lr`` (``peak_lr`` of each group, followed by :meth:`lr_at`)."""
+        tc = self.cfg
+        tables = self.student.encoder.embed.id_tables()
+        table_ids = {id(p) for p in tables}
+        rest = [p for p in self.student.parameters() if id(p) not in table_ids]
+        return [
+            {"params": [p for p in rest if p.ndim >= 2], "weight_decay": tc.weight_decay, "peak_lr": tc.lr},
+            {"params": [p for p in rest if p.ndim < 2], "weight_decay": 0.0, "peak_lr": tc.lr},
+            {"params": tables, "weight_decay": 0.0, "peak_lr": tc.lr if tc.id_lr is None else tc.id_lr},
+        ]
+
     def _usable_pairs(self, engagement) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         if engagement is None or self.cfg.engagement_batch_size <= 0:
             return None
@@ -146,13 +154,16 @@ class Trainer:
         return out[0], out[1]
 
     # -- schedules -----------------------------------------------------------------------------------------
-    def lr_at(self, step: int) -> float:
-        """Linear warm-up then cosine decay to ``min_lr``."""
+    def lr_at(self, step: int, peak: float | None = None) -> float:
+        """Linear warm-up then cosine decay to ``min_lr``; for another ``peak`` than ``lr`` (the ID tables' group)
+        the same curve scaled by ``peak / lr``."""
         c = self.cfg
+        peak = c.lr if peak is None else peak
+        low = c.min_lr * peak / c.lr if c.lr > 0 else c.min_lr
         if step < c.warmup_steps:
-            return c.lr * (step + 1) / c.warmup_steps
+            return peak * (step + 1) / c.warmup_steps
         t = (step - c.warmup_steps) / max(1, self.total_steps - c.warmup_steps)
-        return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1 + math.cos(math.pi * min(1.0, t)))
+        return low + 0.5 * (peak - low) * (1 + math.cos(math.pi * min(1.0, t)))
 
     def momentum_at(self, step: int) -> float:
         """Teacher EMA momentum: cosine from ``ema_momentum`` to ``ema_momentum_end`` (DINO)."""
@@ -239,7 +250,7 @@ class Trainer:
         s_batch = s_batch.to(self.device)
         t_batch = pack_views(teacher_views, pad_to=tc.pad_to, max_dist=mc.max_dist).to(self.device)
         for group in self.optimizer.param_groups:
-            group["lr"] = self.lr_at(step)
+            group["lr"] = self.lr_at(step, group.get("peak_lr"))
 
         with self._autocast():
             with torch.no_grad():

@@ -118,7 +118,8 @@ def test_history_settings_change_the_fingerprint(inputs):
     base = run_fingerprint(inputs, MODEL, TRAIN)
     for model, train in ((dataclasses.replace(MODEL, use_history=False), TRAIN),
                          (dataclasses.replace(MODEL, history_max_neighbours=3), TRAIN),
-                         (dataclasses.replace(MODEL, exact_ids=False), TRAIN)):
+                         (dataclasses.replace(MODEL, exact_ids=False), TRAIN),
+                         (MODEL, dataclasses.replace(TRAIN, id_lr=0.01))):
         assert run_fingerprint(inputs, model, train) != base
 
 

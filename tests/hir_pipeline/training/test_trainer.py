@@ -217,3 +217,36 @@ def test_published_embedding_pools_the_full_history(toy):
     np.testing.assert_allclose(res.embeddings[user], full, atol=1e-5)
     assert not np.allclose(res.embeddings[user], partial, atol=1e-4)
 
+
+def test_id_tables_have_their_own_learning_rate_and_no_weight_decay(toy):
+    def fitted(**kw):
+        cfg = TrainConfig(epochs=1, batch_size=8, engagement_batch_size=8, lr=1e-3, warmup_steps=1, log_every=0,
+                          pad_to=16, seed=2, weight_decay=0.5, **kw)
+        trainer = Trainer(MODEL, cfg, toy.features, toy.broad_views, toy.narrow_views, toy.engagement)
+        before = {n: p.detach().clone() for n, p in trainer.student.named_parameters()}
+        trainer.fit()
+        return trainer, before
+
+    trainer, before = fitted(id_lr=0.05)
+    embed = trainer.student.encoder.embed
+    tables = {id(embed.id_emb.weight), id(embed.hist_emb.weight)}
+    groups = trainer.optimizer.param_groups
+    own = [g for g in groups if tables & {id(p) for p in g["params"]}]
+    assert len(own) == 1 and {id(p) for p in own[0]["params"]} == tables and own[0]["weight_decay"] == 0.0
+    last = trainer.total_steps - 1
+    assert own[0]["lr"] == pytest.approx(trainer.lr_at(last, 0.05)) and groups[0]["lr"] == trainer.lr_at(last)
+    assert own[0]["lr"] == pytest.approx(50 * groups[0]["lr"])  # the same schedule, scaled to its own peak
+    # Rows of no node (the toy's 20 nodes with history get rows 0..19 of 64) are left alone: no weight decay ...
+    used = int(trainer.features.has_history.sum())
+    after = dict(trainer.student.named_parameters())
+    for name in ("encoder.embed.id_emb.weight", "encoder.embed.hist_emb.weight"):
+        assert torch.equal(after[name][used:], before[name][used:])
+        assert not torch.equal(after[name][:used], before[name][:used])
+    # ... while the other weights decay and learn.
+    assert not torch.equal(after["encoder.embed.hist_proj.weight"], before["encoder.embed.hist_proj.weight"])
+
+    frozen, before = fitted(id_lr=0.0)  # the tables follow their own rate only
+    after = dict(frozen.student.named_parameters())
+    assert torch.equal(after["encoder.embed.id_emb.weight"], before["encoder.embed.id_emb.weight"])
+    assert torch.equal(after["encoder.embed.hist_emb.weight"], before["encoder.embed.hist_emb.weight"])
+    assert not torch.equal(after["encoder.embed.type_emb.weight"], before["encoder.embed.type_emb.weight"])
