@@ -12,7 +12,8 @@ product of the published, L2-normalised embeddings; warm and cold items). Varian
 * ``no_content``      -- ``use_content = False`` (IDs, types, degrees and structure only),
 * ``no_structure``    -- ``structural_bias = False`` (plain attention within each view),
 * ``one_level``       -- a single level of prototypes (the finest),
-* ``no_logq``         -- ``engagement_logq = False`` (no in-batch sampling correction).
+* ``no_logq``         -- ``engagement_logq = False`` (no in-batch sampling correction),
+* ``no_history``      -- ``use_history = False`` (no pooled engagement history in the tokens).
 
 Both trained networks are scored, each embedded by ``Trainer.infer`` on the views it was trained on (student:
 narrow, teacher: broad), as the asset embeds the published one;
@@ -51,6 +52,7 @@ VARIANTS = {
     "no_structure": {"structural_bias": False},
     "one_level": {"level_sizes": None},  # filled with the finest level of the base config
     "no_logq": {"engagement_logq": False},
+    "no_history": {"use_history": False},
 }
 SAMPLE_CONFIG = Path(__file__).resolve().parents[1] / "config" / "cpu_sample.yaml"
 #: Settings on top of the CPU sample config: quiet, on CPU.
