@@ -25,7 +25,8 @@ L2-normalised embeddings). Variants (``--variants``):
 * ``no_content``      -- ``use_content = False`` (IDs, types, degrees and structure only),
 * ``no_structure``    -- ``structural_bias = False`` (plain attention within each view),
 * ``one_level``       -- a single level of prototypes (the finest),
-* ``no_logq``         -- ``engagement_logq = False`` (no in-batch sampling correction).
+* ``no_logq``         -- ``engagement_logq = False`` (no in-batch sampling correction),
+* ``no_history``      -- ``use_history = False`` (no pooled engagement history in the tokens).
 
 For each row: the published encoder's warm and cold Recall@K, mean over seeds (and their standard deviation);
 its ratio to the best baseline and the difference, with a paired bootstrap interval over users of the
@@ -69,6 +70,7 @@ VARIANTS = {
     "no_structure": {"structural_bias": False},
     "one_level": {"level_sizes": None},  # filled with the finest level of the run's settings
     "no_logq": {"engagement_logq": False},
+    "no_history": {"use_history": False},
 }
 SAMPLE_CONFIG = Path(__file__).resolve().parents[1] / "config" / "cpu_sample.yaml"
 #: Settings on top of the CPU sample config: quiet, on CPU.
@@ -189,7 +191,7 @@ def run_variant(data, inputs, overrides: dict, k: int) -> dict:
     model_kw = {k_: (tuple(v) if k_ == "level_sizes" else v) for k_, v in overrides.items() if k_ in model_names}
     model_cfg = resolve_model_config(ModelConfig(**model_kw), inputs)
     train_cfg = TrainConfig(**{k_: v for k_, v in overrides.items() if k_ in train_names})
-    features = inputs.features(model_cfg.id_buckets)
+    features = inputs.features(model_cfg)
     torch.manual_seed(train_cfg.seed)
     trainer = Trainer(model_cfg, train_cfg, features, inputs.broad_views, inputs.narrow_views or None,
                       inputs.engagement)

@@ -27,12 +27,15 @@ class PackedBatch:
         node_idx: long ``[S]`` global node of each token (0 for padding; see ``token_mask``).
         token_mask: bool ``[S]``, real (non-padding) tokens.
         anchor_idx: long ``[V]`` global anchor node of each view.
+        history_exclude: long ``[S]`` neighbour left out of each token's history pool (-1: none), or ``None``
+            (full histories). Set by the trainer for the views of the engagement pairs it scores.
     """
 
     layout: PackedLayout
     node_idx: Tensor
     token_mask: Tensor
     anchor_idx: Tensor
+    history_exclude: Tensor | None = None
 
     @property
     def num_views(self) -> int:
@@ -40,7 +43,8 @@ class PackedBatch:
 
     def to(self, device: torch.device | str) -> PackedBatch:
         return PackedBatch(self.layout.to(device), self.node_idx.to(device), self.token_mask.to(device),
-                           self.anchor_idx.to(device))
+                           self.anchor_idx.to(device),
+                           None if self.history_exclude is None else self.history_exclude.to(device))
 
 
 def _as_array(value: Any, dtype: np.dtype) -> np.ndarray:

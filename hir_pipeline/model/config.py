@@ -37,7 +37,19 @@ class ModelConfig:
         content_dim: width ``Dc`` of the pretrained content embedding rows fed in (zero rows where absent).
         num_node_types: size of the node-type vocabulary (``len(ENTITY_TYPES)``).
         degree_buckets: number of degree buckets (``contracts.DEGREE_BUCKETS``).
-        id_buckets: hashed-ID embedding buckets, used only for nodes with interaction history.
+        id_buckets: rows of the ID embedding table (and of the history table), used only for nodes with
+            interaction history. While those nodes number at most ``id_buckets`` (and ``exact_ids``), each gets a
+            row of its own and the table is shrunk to their number (``training.fit.resolve_model_config``);
+            beyond it their IDs are hashed into ``id_buckets`` rows (collisions share a row).
+        exact_ids: give each node with history its own ID row while they fit in ``id_buckets`` (``False``: always
+            hash, an ablation).
+        use_history: add to each token a funnel-weighted mean of its engagement neighbours (SVD++ / FISM): a learned
+            table indexed by the neighbours' IDs, projected to ``hidden_dim``. During training the engagement pair
+            being scored is left out of both its ends' pools; inference pools the whole training history.
+        history_content: also pool the neighbours' content embeddings (projected on their own), so a user's token
+            carries what the items it engaged with are, which reaches items never engaged with.
+        history_max_neighbours: pool at most this many neighbours per node, those of largest funnel weight (ties:
+            lowest ``node_idx``); 0 pools them all. Bounds the per-step cost of hub nodes.
         max_dist: largest shortest-path distance stored in views; ``max_dist + 1`` means unreachable. It must be
             the ``max_dist`` the views were built with (the pipeline takes it from the graph settings).
         num_edge_types: edge-type vocabulary size excluding 0 ("no direct edge"); ids are 1..num_edge_types
@@ -80,6 +92,10 @@ class ModelConfig:
     num_node_types: int = len(ENTITY_TYPES)
     degree_buckets: int = DEGREE_BUCKETS
     id_buckets: int = 1 << 16
+    exact_ids: bool = True
+    use_history: bool = True
+    history_content: bool = True
+    history_max_neighbours: int = 256
     max_dist: int = DEFAULT_MAX_DIST
     num_edge_types: int = 32
     level_sizes: tuple[int, ...] = (8, 64, 512)
@@ -110,6 +126,8 @@ class ModelConfig:
             raise ValueError(f"unknown teacher_target {self.teacher_target!r}; one of {TEACHER_TARGETS}")
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise ValueError(f"unknown attention_backend {self.attention_backend!r}; one of {ATTENTION_BACKENDS}")
+        if self.id_buckets < 1 or self.history_max_neighbours < 0:
+            raise ValueError("id_buckets must be >= 1 and history_max_neighbours >= 0")
 
     @property
     def num_levels(self) -> int:
@@ -127,7 +145,10 @@ class TrainConfig:
         lr: peak AdamW learning rate (linear warm-up, cosine decay).
         min_lr: final learning rate of the cosine decay.
         warmup_steps: linear warm-up steps.
-        weight_decay: AdamW weight decay.
+        weight_decay: AdamW weight decay (not applied to biases, norms and the ID / history tables).
+        id_lr: peak learning rate of the ID and history embedding tables (their own AdamW group, no weight decay,
+            same warm-up and cosine shape); ``None``: ``lr``. A row is updated only when its node is in a batch, so
+            it sees far fewer steps than the shared weights.
         grad_clip: max gradient norm (0 disables clipping).
         ema_momentum: teacher EMA momentum at the start; it follows a cosine to ``ema_momentum_end``.
         ema_momentum_end: teacher EMA momentum at the end of training.
@@ -162,6 +183,7 @@ class TrainConfig:
     min_lr: float = 1e-5
     warmup_steps: int = 100
     weight_decay: float = 0.04
+    id_lr: float | None = None
     grad_clip: float = 3.0
     ema_momentum: float = 0.996
     ema_momentum_end: float = 1.0
@@ -178,5 +200,7 @@ class TrainConfig:
     engagement_weights: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.id_lr is not None and self.id_lr < 0:
+            raise ValueError("id_lr must be >= 0 (or None: lr)")
         if self.published_encoder not in PUBLISHED_ENCODERS:
             raise ValueError(f"unknown published_encoder {self.published_encoder!r}; one of {PUBLISHED_ENCODERS}")

@@ -1,8 +1,9 @@
 """Graph transformer encoder over packed views (Graphormer-style structural attention, Ying et al. 2021).
 
-Node input (per token) = node-type embedding + projected content embedding (where present) + hashed-ID
-embedding (only for nodes with interaction history, so cold-start nodes are embedded from content and
-structure alone) + degree-bucket embedding. ``num_layers`` pre-LN transformer layers with
+Node input (per token) = node-type embedding + projected content embedding (where present) + ID embedding
+(only for nodes with interaction history, so cold-start nodes are embedded from content and structure alone)
++ degree-bucket embedding + the projected funnel-weighted pool of the node's engagement neighbours
+(``hir_pipeline.model.history``; nodes with history only). ``num_layers`` pre-LN transformer layers with
 :func:`~hir_pipeline.model.attention.structural_attention`; the anchor token (first token of each view)
 is projected and L2-normalised: one embedding space for every entity type.
 """
@@ -25,6 +26,7 @@ from hir_pipeline.model.attention import (
 from hir_pipeline.model.batch import PackedBatch
 from hir_pipeline.model.config import ModelConfig
 from hir_pipeline.model.features import NodeFeatures
+from hir_pipeline.model.history import pooled_history
 
 
 class NodeInputEmbedding(nn.Module):
@@ -32,7 +34,7 @@ class NodeInputEmbedding(nn.Module):
 
     Args:
         cfg: model configuration (``hidden_dim``, ``num_node_types``, ``content_dim``, ``id_buckets``,
-            ``degree_buckets``).
+            ``degree_buckets``, ``use_history``, ``history_content``).
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -47,16 +49,47 @@ class NodeInputEmbedding(nn.Module):
         # clustered nodes by type and degree instead of by what they are (docs/results.md).
         for table in (self.type_emb, self.degree_emb, self.id_emb):
             nn.init.normal_(table.weight, std=0.02)
+        # History (SVD++'s implicit-feedback factors): a table of its own, read through the neighbours' ID rows.
+        self.hist_emb = self.hist_proj = self.hist_content_proj = None
+        if cfg.use_history:
+            self.hist_emb = nn.Embedding(cfg.id_buckets, cfg.hidden_dim)
+            nn.init.normal_(self.hist_emb.weight, std=0.02)
+            self.hist_proj = nn.Linear(cfg.hidden_dim, cfg.hidden_dim)
+            if cfg.history_content and use:
+                self.hist_content_proj = nn.Linear(cfg.content_dim, cfg.hidden_dim)
 
-    def forward(self, node_idx: Tensor, feats: NodeFeatures) -> Tensor:
-        """Embeddings ``[S, hidden_dim]`` of the global nodes ``node_idx``."""
+    def id_tables(self) -> list[nn.Parameter]:
+        """The per-node lookup tables (ID and history): trained with their own learning rate, without weight decay."""
+        return [t.weight for t in (self.id_emb, self.hist_emb) if t is not None]
+
+    def forward(self, node_idx: Tensor, feats: NodeFeatures, history_exclude: Tensor | None = None) -> Tensor:
+        """Embeddings ``[S, hidden_dim]`` of the global nodes ``node_idx``.
+
+        Args:
+            node_idx: long ``[S]`` node of each token.
+            feats: per-node features.
+            history_exclude: long ``[S]`` neighbour left out of each token's history pool (-1: none; see
+                ``PackedBatch.history_exclude``).
+        """
         x = self.type_emb(feats.node_type[node_idx]) + self.degree_emb(feats.degree_bucket[node_idx])
         hist = feats.has_history[node_idx].unsqueeze(-1)
         x = x + self.id_emb(feats.id_bucket[node_idx]) * hist.to(x.dtype)
         if self.content_proj is not None:
             has = feats.has_content[node_idx].unsqueeze(-1)
             x = x + self.content_proj(feats.content[node_idx]) * has.to(x.dtype)
+        if self.hist_emb is not None and feats.history is not None:
+            x = x + self._history_term(node_idx, feats, history_exclude).to(x.dtype)
         return x
+
+    def _history_term(self, node_idx: Tensor, feats: NodeFeatures, exclude: Tensor | None) -> Tensor:
+        tables = [(self.hist_emb.weight, feats.id_bucket)]
+        if self.hist_content_proj is not None:
+            tables.append((feats.content, None))
+        pools, has_pool = pooled_history(feats.history, node_idx, tables, exclude)
+        out = self.hist_proj(pools[0])
+        if self.hist_content_proj is not None:
+            out = out + self.hist_content_proj(pools[1])
+        return out * has_pool.unsqueeze(-1).to(out.dtype)
 
 
 class StructuralSelfAttention(nn.Module):
@@ -151,7 +184,7 @@ class GraphTransformerEncoder(nn.Module):
         self.proj = nn.Linear(cfg.hidden_dim, cfg.out_dim)
 
     def forward(self, batch: PackedBatch, feats: NodeFeatures) -> EncoderOutput:
-        x = self.embed(batch.node_idx, feats)
+        x = self.embed(batch.node_idx, feats, batch.history_exclude)
         needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
         backend = resolve_backend(self.cfg.attention_backend, x, needs_grad, self.cfg.compile_flex_cpu)
         # One attention plan for all layers: FlexAttention's block mask or the view-sized path's length buckets.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -9,6 +10,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 from torch import Tensor
+
+from hir_pipeline.model.history import NeighbourHistory
 
 
 def hash_id_buckets(entity_ids: Sequence[str], num_buckets: int) -> Tensor:
@@ -27,6 +30,27 @@ def hash_id_buckets(entity_ids: Sequence[str], num_buckets: int) -> Tensor:
     return torch.from_numpy(out)
 
 
+def id_rows(entity_ids: Sequence[str], has_history: np.ndarray, num_rows: int, exact: bool = True) -> Tensor:
+    """ID-table row of each node: exact while the nodes with history fit in ``num_rows``, hashed beyond.
+
+    Exact: the ``H <= num_rows`` nodes with history get rows ``0..H-1`` in ``node_idx`` order (no collisions).
+    Otherwise (or with ``exact=False``) every node gets :func:`hash_id_buckets`. Nodes without history get row 0
+    in exact mode; the model never reads their ID row.
+
+    Args:
+        entity_ids: entity id per node.
+        has_history: bool ``[N]``.
+        num_rows: rows of the ID table (``ModelConfig.id_buckets``).
+        exact: allow exact rows.
+    """
+    hist = np.asarray(has_history, dtype=bool)
+    if exact and int(hist.sum()) <= num_rows:
+        rows = np.zeros(len(hist), dtype=np.int64)
+        rows[hist] = np.arange(int(hist.sum()))
+        return torch.from_numpy(rows)
+    return hash_id_buckets(entity_ids, num_rows)
+
+
 @dataclass
 class NodeFeatures:
     """Per-node features for all ``N`` nodes of the graph.
@@ -35,9 +59,10 @@ class NodeFeatures:
         node_type: long ``[N]``, index into ``ENTITY_TYPES``.
         degree_bucket: long ``[N]``, ``0..DEGREE_BUCKETS-1``.
         has_history: bool ``[N]``, took part in any event edge (only those get an ID embedding).
-        id_bucket: long ``[N]``, hashed id bucket (:func:`hash_id_buckets`).
+        id_bucket: long ``[N]``, row of the node in the ID and history tables (:func:`id_rows`).
         content: float ``[N, Dc]`` pretrained content embeddings (zero rows where absent).
         has_content: bool ``[N]``.
+        history: each node's engagement neighbours (pooled into its token), or ``None``.
     """
 
     node_type: Tensor
@@ -46,6 +71,7 @@ class NodeFeatures:
     id_bucket: Tensor
     content: Tensor
     has_content: Tensor
+    history: NeighbourHistory | None = None
 
     @classmethod
     def from_arrays(
@@ -58,16 +84,22 @@ class NodeFeatures:
         content: np.ndarray | Tensor | None = None,
         has_content: Sequence[bool] | np.ndarray | None = None,
         content_dim: int | None = None,
+        exact_ids: bool = True,
+        engagement: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        history_max_neighbours: int = 0,
     ) -> NodeFeatures:
         """Build from columns of ``graph_nodes`` (and ``content_embeddings``), rows ordered by ``node_idx``.
 
         Args:
             entity_ids: entity id per node (hashed into ``id_buckets``).
             node_type, degree_bucket, has_history: ``graph_nodes`` columns.
-            id_buckets: number of hashed-ID buckets (``ModelConfig.id_buckets``).
+            id_buckets: rows of the ID table (``ModelConfig.id_buckets``).
             content: ``[N, Dc]`` content embeddings, or ``None`` (then ``content_dim`` zero columns).
             has_content: which rows of ``content`` are real; default: non-zero rows.
             content_dim: ``Dc`` when ``content`` is ``None``.
+            exact_ids: exact ID rows while the nodes with history fit (:func:`id_rows`).
+            engagement: ``(user_idx, item_idx, weight)`` pairs the history is built from; ``None``: no history.
+            history_max_neighbours: cap of each node's history (``ModelConfig.history_max_neighbours``).
         """
         n = len(entity_ids)
         if content is None:
@@ -82,14 +114,24 @@ class NodeFeatures:
             node_type=torch.as_tensor(np.asarray(node_type, dtype=np.int64)),
             degree_bucket=torch.as_tensor(np.asarray(degree_bucket, dtype=np.int64)),
             has_history=torch.as_tensor(np.asarray(has_history, dtype=bool)),
-            id_bucket=hash_id_buckets(entity_ids, id_buckets),
+            id_bucket=id_rows(entity_ids, np.asarray(has_history, dtype=bool), id_buckets, exact_ids),
             content=content_t * has_content_t[:, None].to(content_t.dtype),
             has_content=has_content_t,
+            history=None if engagement is None else NeighbourHistory.from_engagement(
+                *engagement, num_nodes=n, max_neighbours=history_max_neighbours),
         )
 
     @property
     def num_nodes(self) -> int:
         return int(self.node_type.numel())
 
+    def with_history(self, engagement: tuple[np.ndarray, np.ndarray, np.ndarray],
+                     max_neighbours: int = 0) -> NodeFeatures:
+        """A copy whose history is built from ``engagement`` (see :meth:`NeighbourHistory.from_engagement`)."""
+        users, items, weights = (np.asarray(a) for a in engagement)
+        history = NeighbourHistory.from_engagement(users, items, weights, self.num_nodes, max_neighbours)
+        return dataclasses.replace(self, history=history)
+
     def to(self, device: torch.device | str) -> NodeFeatures:
-        return NodeFeatures(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+        return NodeFeatures(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
+                               for f in fields(self)})

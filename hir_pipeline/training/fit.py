@@ -97,8 +97,13 @@ class FitResult:
 
 def resolve_model_config(model_cfg: ModelConfig, inputs: ModelInputs) -> ModelConfig:
     """``model_cfg`` fitted to the data: ``content_dim`` = the content width of ``inputs``; ``num_edge_types``
-    raised to the highest edge type id when the graph has more types than configured."""
-    return dataclasses.replace(model_cfg, content_dim=inputs.content_dim,
+    raised to the highest edge type id when the graph has more types than configured; ``id_buckets`` shrunk to
+    the number of nodes with history when they get exact IDs (one row each, no unused rows)."""
+    with_history = int(np.count_nonzero(inputs.has_history))
+    id_buckets = model_cfg.id_buckets
+    if model_cfg.exact_ids and with_history <= id_buckets:
+        id_buckets = max(1, with_history)
+    return dataclasses.replace(model_cfg, content_dim=inputs.content_dim, id_buckets=id_buckets,
                                num_edge_types=max(model_cfg.num_edge_types, int(inputs.max_edge_type)))
 
 
@@ -164,7 +169,7 @@ def fit_and_embed(
     train_cfg = dataclasses.replace(train_cfg, checkpoint_dir=str(checkpoint_dir), resume=True)
     fingerprint = fingerprint or run_fingerprint(inputs, model_cfg, train_cfg)
     done = prepare_checkpoint_dir(checkpoint_dir, fingerprint)
-    features = inputs.features(model_cfg.id_buckets)
+    features = inputs.features(model_cfg)
     narrow = inputs.narrow_views or None
     trainer = Trainer(model_cfg, train_cfg, features, inputs.broad_views, narrow, inputs.engagement,
                       on_epoch_end=on_epoch_end)

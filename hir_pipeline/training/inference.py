@@ -47,6 +47,9 @@ def infer(
 ) -> InferenceResult:
     """Embed every node of ``features`` from its view (the broad views are the intended input).
 
+    Every token pools its node's whole engagement history (``features.history``): the pairs left out during
+    training (``PackedBatch.history_exclude``) are all back in the published embedding.
+
     Args:
         model: trained model (the published encoder: the student or the EMA teacher); put in eval mode here and
             restored afterwards.

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # numpy-only module: Spark jobs and the code location import it without torch
+    from hir_pipeline.model.config import ModelConfig
     from hir_pipeline.model.features import NodeFeatures
 
 #: Engagement pairs: ``(user_idx int64[P], item_idx int64[P], weight float32[P])``.
@@ -115,13 +116,23 @@ class ModelInputs:
     def content_dim(self) -> int:
         return int(self.content.shape[1]) if self.content.ndim == 2 else 0
 
-    def features(self, id_buckets: int) -> NodeFeatures:
-        """The model's :class:`NodeFeatures` (``id_buckets`` = ``ModelConfig.id_buckets``)."""
+    def features(self, model_cfg: ModelConfig | int) -> NodeFeatures:
+        """The model's :class:`NodeFeatures`, with the engagement history of every node.
+
+        Args:
+            model_cfg: the (resolved) model configuration: ``id_buckets``, ``exact_ids`` and
+                ``history_max_neighbours`` are read from it; a bare ``int`` is ``id_buckets`` with the other two
+                at their defaults.
+        """
+        from hir_pipeline.model.config import ModelConfig
         from hir_pipeline.model.features import NodeFeatures
 
+        cfg = ModelConfig(id_buckets=model_cfg) if isinstance(model_cfg, int) else model_cfg
         return NodeFeatures.from_arrays(self.entity_ids.tolist(), self.node_type, self.degree_bucket,
-                                        self.has_history, id_buckets, self.content, self.has_content,
-                                        content_dim=self.content_dim)
+                                        self.has_history, cfg.id_buckets, self.content, self.has_content,
+                                        content_dim=self.content_dim, exact_ids=cfg.exact_ids,
+                                        engagement=self.engagement,
+                                        history_max_neighbours=cfg.history_max_neighbours)
 
     def summary(self) -> dict[str, int]:
         """Counts worth logging: nodes, views, pairs, content coverage, collected bytes."""

@@ -3,7 +3,8 @@
 Per step: a batch of anchors; the EMA teacher embeds their *broad* views, the student their *narrow* views
 with node/edge dropout; the hierarchical DINO loss matches the student's per-level cluster distributions to
 the teacher's centred + sharpened (or Sinkhorn-balanced) ones. A batch of engaged (user, item) pairs is
-embedded by the student in the same packed forward and scored by a funnel-weighted InfoNCE.
+embedded by the student in the same packed forward and scored by a funnel-weighted InfoNCE; in the views of a
+pair, its user leaves the item out of its pooled history and the item the user (``PackedBatch.history_exclude``).
 
 Reproducibility and crash safety: all randomness of epoch ``e`` is drawn from generators seeded by
 ``(seed, e)``, and every epoch ends with an atomic checkpoint (model, teacher, optimizer, centers, RNG
@@ -33,6 +34,7 @@ from hir_pipeline.model.distillation import HierarchicalDINOLoss, ema_update, en
 from hir_pipeline.model.features import NodeFeatures
 from hir_pipeline.model.hierarchy import cluster_perplexity, hierarchy_consistency
 from hir_pipeline.model.hir_model import HIRModel
+from hir_pipeline.model.history import pair_exclusions
 from hir_pipeline.training.collate import augment_view
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,8 @@ class Trainer:
     Args:
         model_cfg: model configuration.
         train_cfg: training configuration.
-        features: per-node input features (global, indexed by node_idx).
+        features: per-node input features (global, indexed by node_idx); without a history, one is built from
+            ``engagement`` (all its pairs, ``ModelConfig.history_max_neighbours``) when the model pools histories.
         broad_views: teacher views, one per anchor.
         narrow_views: student views per anchor (default: the broad views); augmented by node/edge dropout.
         engagement: ``(user_idx, item_idx, weight)`` arrays of engaged pairs (deeper funnel = larger weight);
@@ -87,6 +90,8 @@ class Trainer:
         self.model_cfg = model_cfg
         self.cfg = train_cfg
         self.device = resolve_device(train_cfg.device)
+        if model_cfg.use_history and features.history is None and engagement is not None:
+            features = features.with_history(engagement, model_cfg.history_max_neighbours)
         self.features = features.to(self.device)
         self.broad = _by_anchor(broad_views)
         self.narrow = _by_anchor(narrow_views) or self.broad
@@ -102,12 +107,7 @@ class Trainer:
         self.student = HIRModel(model_cfg).to(self.device)
         self.teacher = copy.deepcopy(self.student)
         self.teacher.requires_grad_(False)
-        decay = [p for p in self.student.parameters() if p.ndim >= 2]
-        no_decay = [p for p in self.student.parameters() if p.ndim < 2]
-        self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": train_cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=train_cfg.lr,
-        )
+        self.optimizer = torch.optim.AdamW(self._param_groups(), lr=train_cfg.lr)
         self.loss_fn = HierarchicalDINOLoss(
             model_cfg.level_sizes, model_cfg.student_temp, model_cfg.teacher_temp, model_cfg.center_momentum,
             model_cfg.teacher_target, model_cfg.sinkhorn_iters,
@@ -118,6 +118,19 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
 
     # -- setup helpers -----------------------------------------------------------------------------------
+    def _param_groups(self) -> list[dict[str, Any]]:
+        """AdamW groups: weights with decay; biases and norms without; the ID and history tables without decay at
+        their own peak learning rate ``id_lr`` (``peak_lr`` of each group, followed by :meth:`lr_at`)."""
+        tc = self.cfg
+        tables = self.student.encoder.embed.id_tables()
+        table_ids = {id(p) for p in tables}
+        rest = [p for p in self.student.parameters() if id(p) not in table_ids]
+        return [
+            {"params": [p for p in rest if p.ndim >= 2], "weight_decay": tc.weight_decay, "peak_lr": tc.lr},
+            {"params": [p for p in rest if p.ndim < 2], "weight_decay": 0.0, "peak_lr": tc.lr},
+            {"params": tables, "weight_decay": 0.0, "peak_lr": tc.lr if tc.id_lr is None else tc.id_lr},
+        ]
+
     def _usable_pairs(self, engagement) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         if engagement is None or self.cfg.engagement_batch_size <= 0:
             return None
@@ -141,13 +154,16 @@ class Trainer:
         return out[0], out[1]
 
     # -- schedules -----------------------------------------------------------------------------------------
-    def lr_at(self, step: int) -> float:
-        """Linear warm-up then cosine decay to ``min_lr``."""
+    def lr_at(self, step: int, peak: float | None = None) -> float:
+        """Linear warm-up then cosine decay to ``min_lr``; for another ``peak`` than ``lr`` (the ID tables' group)
+        the same curve scaled by ``peak / lr``."""
         c = self.cfg
+        peak = c.lr if peak is None else peak
+        low = c.min_lr * peak / c.lr if c.lr > 0 else c.min_lr
         if step < c.warmup_steps:
-            return c.lr * (step + 1) / c.warmup_steps
+            return peak * (step + 1) / c.warmup_steps
         t = (step - c.warmup_steps) / max(1, self.total_steps - c.warmup_steps)
-        return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1 + math.cos(math.pi * min(1.0, t)))
+        return low + 0.5 * (peak - low) * (1 + math.cos(math.pi * min(1.0, t)))
 
     def momentum_at(self, step: int) -> float:
         """Teacher EMA momentum: cosine from ``ema_momentum`` to ``ema_momentum_end`` (DINO)."""
@@ -228,10 +244,13 @@ class Trainer:
         if pair_idx is not None:
             users, items, weight = (x[pair_idx] for x in self.pairs)
             student_views += [self.narrow[int(u)] for u in users] + [self.narrow[int(i)] for i in items]
-        s_batch = pack_views(student_views, pad_to=tc.pad_to, max_dist=mc.max_dist).to(self.device)
+        s_batch = pack_views(student_views, pad_to=tc.pad_to, max_dist=mc.max_dist)
+        if pair_idx is not None and self.features.history is not None:
+            s_batch.history_exclude = self._pair_exclusions(s_batch, n_anchor, users, items)
+        s_batch = s_batch.to(self.device)
         t_batch = pack_views(teacher_views, pad_to=tc.pad_to, max_dist=mc.max_dist).to(self.device)
         for group in self.optimizer.param_groups:
-            group["lr"] = self.lr_at(step)
+            group["lr"] = self.lr_at(step, group.get("peak_lr"))
 
         with self._autocast():
             with torch.no_grad():
@@ -262,6 +281,16 @@ class Trainer:
             t_probs = self.loss_fn.teacher_probs(t_out.logits)
         return {"loss": loss.item(), "dino": dino.item(), "engagement": eng.item(),
                 "per_level": [x.item() for x in per_level], "teacher_probs": t_probs}
+
+    @staticmethod
+    def _pair_exclusions(batch, n_anchor: int, users: np.ndarray, items: np.ndarray) -> torch.Tensor:
+        """``history_exclude`` of a student batch laid out as ``n_anchor`` anchor views, then the views of the
+        pairs' users, then those of their items: no pool of a pair's end holds the pair's other end."""
+        pairs_u = torch.as_tensor(np.concatenate([users, users]), dtype=torch.long)
+        pairs_i = torch.as_tensor(np.concatenate([items, items]), dtype=torch.long)
+        none = torch.full((n_anchor,), -1, dtype=torch.long)
+        return pair_exclusions(batch.node_idx, batch.layout.view_id, torch.cat([none, pairs_u]),
+                               torch.cat([none, pairs_i]))
 
     def _run_epoch(self, epoch: int) -> dict[str, Any]:
         tc = self.cfg

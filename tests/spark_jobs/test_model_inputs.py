@@ -83,7 +83,7 @@ def test_nodes_and_content_follow_node_idx(graph):
             np.testing.assert_array_equal(inputs.content[i], np.asarray(graph["vectors"][eid], dtype=np.float32))
         else:  # users and the product without a content row
             assert not inputs.has_content[i] and not inputs.content[i].any()
-    feats = inputs.features(id_buckets=32)
+    feats = inputs.features(32)
     assert feats.num_nodes == 12 and feats.content.shape == (12, DIM)
     assert feats.has_content.tolist() == inputs.has_content.tolist()
 

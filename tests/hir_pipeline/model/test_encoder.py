@@ -116,3 +116,69 @@ def test_content_is_not_drowned_by_the_id_type_and_degree_embeddings_at_initiali
     content_norm = embed.content_proj(content).norm(dim=-1).mean()
     for table in (embed.type_emb, embed.degree_emb, embed.id_emb):
         assert table.weight.norm(dim=-1).mean() < 2 * content_norm
+
+
+def _with_history(feats, seed=0):
+    """``feats`` with a random engagement history between its nodes with history (the even ones)."""
+    rng = np.random.default_rng(seed)
+    even = np.arange(0, feats.num_nodes, 2)
+    users, items = rng.choice(even[even < 10], 40), rng.choice(even[even >= 10], 40)
+    return feats.with_history((users, items, rng.integers(1, 4, 40).astype(np.float32))), (users, items)
+
+
+def test_history_term_pools_the_neighbours_id_rows_and_content():
+    feats, views = _graph()
+    feats, (users, items) = _with_history(feats)
+    embed = HIRModel(CFG).encoder.embed.train(False)
+    assert [t.shape for t in embed.id_tables()] == [(CFG.id_buckets, CFG.hidden_dim)] * 2
+    node = int(users[0])
+    nbrs = set(items[users == node].tolist())
+    stranger = next(j for j in items.tolist() if j not in nbrs)
+    token = torch.tensor([node])
+    with torch.no_grad():
+        base = embed(token, feats)
+        for j, expect_change in ((next(iter(nbrs)), True), (stranger, False)):
+            saved = embed.hist_emb.weight[feats.id_bucket[j]].clone()
+            embed.hist_emb.weight[feats.id_bucket[j]] += 1.0
+            assert (not torch.allclose(embed(token, feats), base)) == expect_change
+            embed.hist_emb.weight[feats.id_bucket[j]] = saved
+        content = feats.content.clone()
+        content[next(iter(nbrs))] += 1.0  # a neighbour's content reaches the user through the pooled content
+        assert not torch.allclose(embed(token, dataclasses.replace(feats, content=content)), base)
+        no_history = int(np.flatnonzero(~feats.has_history.numpy())[0])
+        before = embed(torch.tensor([no_history]), feats)
+        embed.hist_emb.weight.add_(1.0)
+        torch.testing.assert_close(embed(torch.tensor([no_history]), feats), before)  # no history, no pool
+
+
+def test_history_switches_and_the_excluded_pair_reach_the_token():
+    feats, views = _graph()
+    feats, (users, items) = _with_history(feats)
+    batch = pack_views(views, pad_to=16, max_dist=CFG.max_dist)
+    torch.manual_seed(0)
+    off = HIRModel(dataclasses.replace(CFG, use_history=False)).eval()
+    assert off.encoder.embed.hist_emb is None and len(off.encoder.embed.id_tables()) == 1
+    torch.testing.assert_close(off(batch, feats).embedding, off(batch, dataclasses.replace(feats, history=None))
+                               .embedding)
+    ids_only = HIRModel(dataclasses.replace(CFG, history_content=False)).eval()
+    assert ids_only.encoder.embed.hist_emb is not None and ids_only.encoder.embed.hist_content_proj is None
+
+    model = HIRModel(CFG).eval()
+    assert not torch.allclose(model(batch, feats).embedding, model(batch, dataclasses.replace(feats, history=None))
+                              .embedding)
+    # Leaving (u, i) out in the view of u equals training on a history without that pair.
+    k = int(np.flatnonzero(users < 8)[0])  # anchors 0..7 have a view
+    u, i = int(users[k]), int(items[k])
+    anchor_view = [v for v in views if int(v["anchor_idx"]) == u]
+    one = pack_views(anchor_view, pad_to=16, max_dist=CFG.max_dist)
+    one.history_exclude = torch.where(one.node_idx == u, torch.tensor(i), torch.tensor(-1))
+    keep = ~((users == u) & (items == i))
+    weights = np.ones(len(users), dtype=np.float32)
+    lhs_feats = feats.with_history((users, items, weights))
+    rhs_feats = feats.with_history((users[keep], items[keep], weights[keep]))
+    with torch.no_grad():
+        left_out = model(one, lhs_feats).embedding
+        without = model(pack_views(anchor_view, pad_to=16, max_dist=CFG.max_dist), rhs_feats).embedding
+        full = model(pack_views(anchor_view, pad_to=16, max_dist=CFG.max_dist), lhs_feats).embedding
+    torch.testing.assert_close(left_out, without, atol=1e-6, rtol=0)
+    assert not torch.allclose(left_out, full, atol=1e-4)

@@ -12,7 +12,8 @@ import torch
 
 from hir_pipeline.contracts import ENTITY_TYPES
 from hir_pipeline.model import ModelConfig, TrainConfig
-from hir_pipeline.training.fit import FINGERPRINT_FILE, fit_and_embed
+from hir_pipeline.model.features import hash_id_buckets
+from hir_pipeline.training.fit import FINGERPRINT_FILE, fit_and_embed, resolve_model_config, run_fingerprint
 from hir_pipeline.training.inference import infer
 from hir_pipeline.training.inputs import ModelInputs
 from hir_pipeline.training.toy import make_toy_graph
@@ -84,7 +85,7 @@ def test_published_encoder_is_the_returned_model_and_produced_the_outputs(inputs
     assert (straight.views, teacher.views) == ("narrow", "broad")  # each embeds the views it was trained on
     for res in (straight, teacher):
         assert not res.model.training
-        features = inputs.features(res.model_cfg.id_buckets)
+        features = inputs.features(res.model_cfg)
         centers = None if res.centers is None else [torch.from_numpy(c) for c in res.centers]
         views = inputs.narrow_views if res.views == "narrow" else inputs.broad_views
         again = infer(res.model, features, views, pad_to=TRAIN.pad_to, temperature=res.temperature,
@@ -96,6 +97,30 @@ def test_published_encoder_is_the_returned_model_and_produced_the_outputs(inputs
             np.testing.assert_allclose(torch.nn.functional.normalize(proto.detach(), dim=-1).numpy(), published,
                                        atol=1e-6)
     assert not np.allclose(teacher.prototypes[1], straight.prototypes[1], atol=1e-4)
+
+
+def test_id_table_is_exact_while_the_nodes_with_history_fit(inputs, straight):
+    """20 toy nodes with history and 64 configured rows: one row each, the table shrunk to 20; with fewer rows
+    than nodes (or ``exact_ids=False``) the configured rows are kept and the IDs hashed."""
+    with_history = int(inputs.has_history.sum())
+    assert straight.model_cfg.id_buckets == with_history == 20
+    assert straight.model.encoder.embed.id_emb.num_embeddings == with_history
+    exact = inputs.features(straight.model_cfg)
+    assert sorted(exact.id_bucket[exact.has_history].tolist()) == list(range(with_history))
+    for cfg in (dataclasses.replace(MODEL, id_buckets=16), dataclasses.replace(MODEL, exact_ids=False)):
+        resolved = resolve_model_config(cfg, inputs)
+        assert resolved.id_buckets == cfg.id_buckets
+        rows = inputs.features(resolved).id_bucket
+        assert torch.equal(rows, hash_id_buckets(list(inputs.entity_ids), cfg.id_buckets))
+
+
+def test_history_settings_change_the_fingerprint(inputs):
+    base = run_fingerprint(inputs, MODEL, TRAIN)
+    for model, train in ((dataclasses.replace(MODEL, use_history=False), TRAIN),
+                         (dataclasses.replace(MODEL, history_max_neighbours=3), TRAIN),
+                         (dataclasses.replace(MODEL, exact_ids=False), TRAIN),
+                         (MODEL, dataclasses.replace(TRAIN, id_lr=0.01))):
+        assert run_fingerprint(inputs, model, train) != base
 
 
 class _Crash(RuntimeError):

@@ -3,6 +3,7 @@ published encoder)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -11,6 +12,7 @@ import torch
 
 from hir_pipeline.model import ModelConfig, TrainConfig
 from hir_pipeline.model.batch import pack_views
+from hir_pipeline.model.encoder import NodeInputEmbedding
 from hir_pipeline.training import Trainer, augment_view, infer, latest_checkpoint
 from hir_pipeline.training.toy import make_toy_graph
 
@@ -159,3 +161,92 @@ def test_augment_view_keeps_anchor_and_symmetry(toy):
     assert aug["dist"].size == m * m
     same = augment_view(view, np.random.default_rng(0), 0.0, 0.0)
     assert list(same["nodes"]) == list(view["nodes"])
+
+
+def _without_pair(features, engagement, user, item, cap):
+    users, items, weight = engagement
+    keep = ~((users == user) & (items == item))
+    return features.with_history((users[keep], items[keep], weight[keep]), cap)
+
+
+def test_the_scored_pair_is_left_out_of_its_own_pools_in_training(toy):
+    """In a training step every token of a pair's user and item views is embedded exactly as if the pair were not
+    in the history (its target cannot be read off the user's pool, nor the user off the item's), while the
+    anchors' views keep their full histories."""
+    cfg = TrainConfig(epochs=1, batch_size=4, engagement_batch_size=1, lr=3e-3, warmup_steps=1, log_every=0,
+                      pad_to=16, seed=3)
+    trainer = Trainer(MODEL, cfg, toy.features, toy.broad_views, toy.narrow_views, toy.engagement)
+    assert trainer.features.history is not None  # built from the engagement pairs
+    seen = {}
+    trainer.student.register_forward_pre_hook(lambda m, args: seen.update(batch=args[0]))
+    trainer.student.encoder.embed.register_forward_hook(  # the token inputs and the weights that made them
+        lambda m, args, out: seen.update(out=out.detach().clone(), state=copy.deepcopy(m.state_dict())))
+    k = 5
+    user, item = (int(x[k]) for x in trainer.pairs[:2])
+    trainer.train_step(0, trainer.anchors[:4], np.random.default_rng(0), np.array([k]))
+
+    embed = NodeInputEmbedding(MODEL)
+    embed.load_state_dict(seen["state"])
+    batch = seen["batch"]
+    without = _without_pair(trainer.features, toy.engagement, user, item, MODEL.history_max_neighbours)
+    with torch.no_grad():
+        full = embed(batch.node_idx, trainer.features)
+        left_out = embed(batch.node_idx, without)
+    view = batch.layout.view_id.long()
+    in_pair_views = (view >= 4) & (view < 6)
+    torch.testing.assert_close(seen["out"][in_pair_views], left_out[in_pair_views], atol=1e-6, rtol=0)
+    torch.testing.assert_close(seen["out"][view < 4], full[view < 4], atol=1e-6, rtol=0)
+    ends = in_pair_views & ((batch.node_idx == user) | (batch.node_idx == item))
+    assert ends.sum() >= 2  # both anchors at least
+    assert not torch.allclose(seen["out"][ends], full[ends], atol=1e-4)  # a leaked pool would equal the full one
+
+
+def test_published_embedding_pools_the_full_history(toy):
+    trainer = Trainer(MODEL, TrainConfig(epochs=1, batch_size=16, pad_to=16, log_every=0, warmup_steps=1),
+                      toy.features, toy.broad_views, toy.narrow_views, toy.engagement)
+    trainer.fit()
+    res = trainer.infer()
+    user, item = (int(x[0]) for x in toy.engagement[:2])
+    view = [v for v in trainer.training_views() if int(v["anchor_idx"]) == user]
+    batch = pack_views(view, pad_to=16, max_dist=MODEL.max_dist)
+    without = _without_pair(trainer.features, toy.engagement, user, item, MODEL.history_max_neighbours)
+    trainer.student.train(False)
+    with torch.no_grad():
+        full = trainer.student(batch, trainer.features).embedding[0].numpy()
+        partial = trainer.student(batch, without).embedding[0].numpy()
+    np.testing.assert_allclose(res.embeddings[user], full, atol=1e-5)
+    assert not np.allclose(res.embeddings[user], partial, atol=1e-4)
+
+
+def test_id_tables_have_their_own_learning_rate_and_no_weight_decay(toy):
+    def fitted(**kw):
+        cfg = TrainConfig(epochs=1, batch_size=8, engagement_batch_size=8, lr=1e-3, warmup_steps=1, log_every=0,
+                          pad_to=16, seed=2, weight_decay=0.5, **kw)
+        trainer = Trainer(MODEL, cfg, toy.features, toy.broad_views, toy.narrow_views, toy.engagement)
+        before = {n: p.detach().clone() for n, p in trainer.student.named_parameters()}
+        trainer.fit()
+        return trainer, before
+
+    trainer, before = fitted(id_lr=0.05)
+    embed = trainer.student.encoder.embed
+    tables = {id(embed.id_emb.weight), id(embed.hist_emb.weight)}
+    groups = trainer.optimizer.param_groups
+    own = [g for g in groups if tables & {id(p) for p in g["params"]}]
+    assert len(own) == 1 and {id(p) for p in own[0]["params"]} == tables and own[0]["weight_decay"] == 0.0
+    last = trainer.total_steps - 1
+    assert own[0]["lr"] == pytest.approx(trainer.lr_at(last, 0.05)) and groups[0]["lr"] == trainer.lr_at(last)
+    assert own[0]["lr"] == pytest.approx(50 * groups[0]["lr"])  # the same schedule, scaled to its own peak
+    # Rows of no node (the toy's 20 nodes with history get rows 0..19 of 64) are left alone: no weight decay ...
+    used = int(trainer.features.has_history.sum())
+    after = dict(trainer.student.named_parameters())
+    for name in ("encoder.embed.id_emb.weight", "encoder.embed.hist_emb.weight"):
+        assert torch.equal(after[name][used:], before[name][used:])
+        assert not torch.equal(after[name][:used], before[name][:used])
+    # ... while the other weights decay and learn.
+    assert not torch.equal(after["encoder.embed.hist_proj.weight"], before["encoder.embed.hist_proj.weight"])
+
+    frozen, before = fitted(id_lr=0.0)  # the tables follow their own rate only
+    after = dict(frozen.student.named_parameters())
+    assert torch.equal(after["encoder.embed.id_emb.weight"], before["encoder.embed.id_emb.weight"])
+    assert torch.equal(after["encoder.embed.hist_emb.weight"], before["encoder.embed.hist_emb.weight"])
+    assert not torch.equal(after["encoder.embed.type_emb.weight"], before["encoder.embed.type_emb.weight"])
