@@ -46,9 +46,8 @@ def _inputs(args) -> tuple[dict, object, list, list, tuple]:
         settings = sample_settings()
         model_names = {f.name for f in dataclasses.fields(ModelConfig)}
         model_kw = {k: (tuple(v) if k == "level_sizes" else v) for k, v in settings.items() if k in model_names}
-        id_buckets = resolve_model_config(ModelConfig(**model_kw), inputs).id_buckets
-        return (settings, inputs.features(id_buckets), inputs.broad_views, inputs.narrow_views or inputs.broad_views,
-                inputs.engagement)
+        features = inputs.features(resolve_model_config(ModelConfig(**model_kw), inputs))
+        return settings, features, inputs.broad_views, inputs.narrow_views or inputs.broad_views, inputs.engagement
     from hir_pipeline.training.toy import make_toy_graph
 
     graph = make_toy_graph(num_communities=16, users_per=40, items_per=20, content_dim=32, broad_cap=48,
