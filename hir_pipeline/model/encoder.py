@@ -2,7 +2,8 @@
 
 Node input (per token) = node-type embedding + projected content embedding (where present) + hashed-ID
 embedding (only for nodes with interaction history, so cold-start nodes are embedded from content and
-structure alone) + degree-bucket embedding. ``num_layers`` pre-LN transformer layers with
+structure alone) + degree-bucket embedding + projected graph-wide structure embedding (FastRP of the whole
+training graph, where present). ``num_layers`` pre-LN transformer layers with
 :func:`~hir_pipeline.model.attention.structural_attention`; the anchor token (first token of each view)
 is projected and L2-normalised: one embedding space for every entity type.
 """
@@ -26,7 +27,7 @@ class NodeInputEmbedding(nn.Module):
 
     Args:
         cfg: model configuration (``hidden_dim``, ``num_node_types``, ``content_dim``, ``id_buckets``,
-            ``degree_buckets``).
+            ``degree_buckets``, ``structure_dim``).
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -41,6 +42,12 @@ class NodeInputEmbedding(nn.Module):
         # clustered nodes by type and degree instead of by what they are (synthetic fine-level NMI 0.03 -> 0.63).
         for table in (self.type_emb, self.degree_emb, self.id_emb):
             nn.init.normal_(table.weight, std=0.02)
+        # No bias: a node without a structure embedding (zero row) gets no term. Same small std 0.02: a unit-norm
+        # structure vector starts at the size of the type embedding, below the projected content.
+        use = cfg.use_structure_embedding and cfg.structure_dim > 0
+        self.structure_proj = nn.Linear(cfg.structure_dim, cfg.hidden_dim, bias=False) if use else None
+        if self.structure_proj is not None:
+            nn.init.normal_(self.structure_proj.weight, std=0.02)
 
     def forward(self, node_idx: Tensor, feats: NodeFeatures) -> Tensor:
         """Embeddings ``[S, hidden_dim]`` of the global nodes ``node_idx``."""
@@ -50,6 +57,8 @@ class NodeInputEmbedding(nn.Module):
         if self.content_proj is not None:
             has = feats.has_content[node_idx].unsqueeze(-1)
             x = x + self.content_proj(feats.content[node_idx]) * has.to(x.dtype)
+        if self.structure_proj is not None:
+            x = x + self.structure_proj(feats.structure[node_idx])
         return x
 
 

@@ -38,6 +38,8 @@ class NodeFeatures:
         id_bucket: long ``[N]``, hashed id bucket (:func:`hash_id_buckets`).
         content: float ``[N, Dc]`` pretrained content embeddings (zero rows where absent).
         has_content: bool ``[N]``.
+        structure: float ``[N, Ds]`` graph-wide structure embeddings (``graph_nodes.structure_embedding``; zero
+            rows where absent, ``Ds`` may be 0).
     """
 
     node_type: Tensor
@@ -46,6 +48,7 @@ class NodeFeatures:
     id_bucket: Tensor
     content: Tensor
     has_content: Tensor
+    structure: Tensor
 
     @classmethod
     def from_arrays(
@@ -58,6 +61,7 @@ class NodeFeatures:
         content: np.ndarray | Tensor | None = None,
         has_content: Sequence[bool] | np.ndarray | None = None,
         content_dim: int | None = None,
+        structure: np.ndarray | Tensor | None = None,
     ) -> NodeFeatures:
         """Build from columns of ``graph_nodes`` (and ``content_embeddings``), rows ordered by ``node_idx``.
 
@@ -68,6 +72,7 @@ class NodeFeatures:
             content: ``[N, Dc]`` content embeddings, or ``None`` (then ``content_dim`` zero columns).
             has_content: which rows of ``content`` are real; default: non-zero rows.
             content_dim: ``Dc`` when ``content`` is ``None``.
+            structure: ``[N, Ds]`` structure embeddings (zero rows where absent), or ``None`` (``Ds = 0``).
         """
         n = len(entity_ids)
         if content is None:
@@ -85,6 +90,8 @@ class NodeFeatures:
             id_bucket=hash_id_buckets(entity_ids, id_buckets),
             content=content_t * has_content_t[:, None].to(content_t.dtype),
             has_content=has_content_t,
+            structure=torch.zeros(n, 0) if structure is None else torch.as_tensor(
+                np.asarray(structure, dtype=np.float32)),
         )
 
     @property
