@@ -6,7 +6,7 @@ The trainer runs on one machine, so the graph is collected to the driver once pe
 ==========================  =====================================================================================
 what                         driver memory (``N`` nodes, ``V`` views of ``n`` nodes each, ``P`` pairs, ``Dc``)
 ==========================  =====================================================================================
-node features                ``N * (3 small ints + Dc float32)``, plus the ``N`` id strings
+node features                ``N * (3 small ints + Dc float32 + Ds float32)``, plus the ``N`` id strings
 views                        ``V * (9 n + 2 n^2)`` bytes (int64 node ids, int8 types, int8 distances, uint8 edge
                              types), plus one small dict per view (~0.5 KB of Python overhead)
 engagement pairs             ``20 P`` bytes
@@ -41,6 +41,7 @@ from hir_pipeline.contracts import DEFAULT_FUNNEL, VIEW_BROAD, VIEW_NARROW
 from hir_pipeline.timing import Stages
 from hir_pipeline.training.inputs import ModelInputs, engagement_arrays, views_from_flat
 from spark_jobs.delta_io import MissingInput, latest_version, read_table
+from spark_jobs.graph.fastrp import STRUCTURE_COLUMN
 from spark_jobs.graph.views import GraphSnapshot
 
 #: The graph tables a model is trained on (one snapshot per run date).
@@ -94,6 +95,25 @@ def collect_nodes(nodes_df: DataFrame) -> dict[str, np.ndarray]:
         "degree_bucket": table.column("degree_bucket").to_numpy().astype(np.int64)[order],
         "has_history": table.column("has_history").to_numpy(zero_copy_only=False).astype(bool)[order],
     }
+
+
+def collect_structure(nodes_df: DataFrame, num_nodes: int) -> np.ndarray | None:
+    """``graph_nodes.structure_embedding`` as float32 ``[N, Ds]`` rows by ``node_idx`` (zero rows where null).
+
+    ``None`` when the snapshot has no such column (written before it existed) or every row is null (the
+    embedding was turned off in the graph settings).
+
+    Args:
+        nodes_df: the ``graph_nodes`` rows (``node_idx`` dense ``0..N-1``).
+        num_nodes: ``N``.
+    """
+    if STRUCTURE_COLUMN not in nodes_df.columns:
+        return None
+    table = (nodes_df.where(F.col(STRUCTURE_COLUMN).isNotNull())
+             .select(F.col("node_idx").cast("long"), F.col(STRUCTURE_COLUMN).cast("array<float>").alias("_v"))
+             .toArrow())
+    structure, has = _rows_by_index(table, num_nodes, "graph_nodes.structure_embedding")
+    return structure if has.any() else None
 
 
 def collect_views(views_df: DataFrame, num_nodes: int | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -156,6 +176,17 @@ def collect_content(content_df: DataFrame | None, nodes_df: DataFrame, num_nodes
         .select("node_idx", "_v")
         .toArrow()
     )
+    return _rows_by_index(table, num_nodes, "content_embeddings")
+
+
+def _rows_by_index(table: pa.Table, num_nodes: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(float32 [N, D] matrix, bool [N] has-row)`` from Arrow ``node_idx, _v`` rows (zero rows where absent).
+
+    Args:
+        table: ``node_idx long, _v array<float>`` (equal lengths, at most one row per node).
+        num_nodes: ``N``.
+        what: the table named in errors.
+    """
     idx_parts, vec_parts, width = [], [], None
     for batch in table.to_batches():
         if batch.num_rows == 0:
@@ -163,19 +194,19 @@ def collect_content(content_df: DataFrame | None, nodes_df: DataFrame, num_nodes
         offsets, values = _list_parts(batch.column("_v"))
         lengths = np.unique(np.diff(offsets))
         if len(lengths) != 1 or (width is not None and lengths[0] != width):
-            raise ValueError(f"content vectors of different widths: {sorted({*lengths.tolist(), width} - {None})}")
+            raise ValueError(f"{what} vectors of different widths: {sorted({*lengths.tolist(), width} - {None})}")
         width = int(lengths[0])
         idx_parts.append(batch.column("node_idx").to_numpy())
         vec_parts.append(np.asarray(values, dtype=np.float32).reshape(-1, width))
-    content = np.zeros((num_nodes, width or 0), dtype=np.float32)
+    matrix = np.zeros((num_nodes, width or 0), dtype=np.float32)
     has = np.zeros(num_nodes, dtype=bool)
     if idx_parts:
         idx = np.concatenate(idx_parts)
         if len(np.unique(idx)) != len(idx):
-            raise ValueError("content_embeddings holds more than one row for some entity (one snapshot only?)")
-        content[idx] = np.concatenate(vec_parts)
+            raise ValueError(f"{what} holds more than one row for some entity (one snapshot only?)")
+        matrix[idx] = np.concatenate(vec_parts)
         has[idx] = True
-    return content, has
+    return matrix, has
 
 
 def collect_engagement(edges_df: DataFrame, funnel: Sequence[str], stage_weights: Sequence[float]):
@@ -237,6 +268,10 @@ def load_model_inputs(
     nodes = stages.run("nodes", lambda: collect_nodes(nodes_df))
     n = len(nodes["entity_ids"])
     done("nodes", f"{n:,} nodes")
+    structure = stages.run("structure", lambda: collect_structure(nodes_df, n))
+    if structure is not None:
+        done("structure", f"structure embeddings of {int(structure.any(axis=1).sum()):,} nodes "
+             f"(dim {structure.shape[1]})")
     views = stages.run("views", lambda: collect_views(views_df, n))
     done("views", f"{len(views[VIEW_BROAD]):,} broad and {len(views[VIEW_NARROW]):,} narrow views")
     content, has_content = stages.run("content", lambda: collect_content(content_df, nodes_df, n, content_column))
@@ -250,6 +285,7 @@ def load_model_inputs(
         degree_bucket=nodes["degree_bucket"], has_history=nodes["has_history"], content=content,
         has_content=has_content, broad_views=views[VIEW_BROAD], narrow_views=views[VIEW_NARROW],
         engagement=engagement, max_edge_type=int(max_edge_type), provenance=dict(provenance or {}),
+        structure=structure,
     )
 
 

@@ -72,6 +72,10 @@ class ModelConfig:
             popularity, so without it the loss pushes popular items down; with it, it estimates the full softmax.
         distillation_weight: weight of the summed DINO losses (0 = no self-distillation, an ablation).
         use_content: feed the pretrained content embeddings (``False`` = structure and IDs only, an ablation).
+        structure_dim: width ``Ds`` of the graph-wide structure embedding rows fed in (``graph_nodes.
+            structure_embedding``, zero rows where absent; 0 = none); fitted to the inputs like ``content_dim``.
+        use_structure_embedding: feed the structure embedding, through a linear projection added to the token
+            (``False`` = an ablation).
         structural_bias: learned distance / type-pair / edge-type attention biases (``False`` = plain attention
             restricted to each view, an ablation).
         dropout: dropout on attention output and feed-forward.
@@ -109,6 +113,8 @@ class ModelConfig:
     engagement_logq: bool = True
     distillation_weight: float = 1.0
     use_content: bool = True
+    structure_dim: int = 0
+    use_structure_embedding: bool = True
     structural_bias: bool = True
     dropout: float = 0.1
     node_dropout: float = 0.1

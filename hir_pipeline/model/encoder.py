@@ -3,7 +3,8 @@
 Node input (per token) = node-type embedding + projected content embedding (where present) + ID embedding
 (only for nodes with interaction history, so cold-start nodes are embedded from content and structure alone)
 + degree-bucket embedding + the projected funnel-weighted pool of the node's engagement neighbours
-(``hir_pipeline.model.history``; nodes with history only). ``num_layers`` pre-LN transformer layers with
+(``hir_pipeline.model.history``; nodes with history only) + the projected graph-wide structure embedding (FastRP
+of the whole training graph, where present). ``num_layers`` pre-LN transformer layers with
 :func:`~hir_pipeline.model.attention.structural_attention`; the anchor token (first token of each view)
 is projected and L2-normalised: one embedding space for every entity type.
 """
@@ -34,7 +35,7 @@ class NodeInputEmbedding(nn.Module):
 
     Args:
         cfg: model configuration (``hidden_dim``, ``num_node_types``, ``content_dim``, ``id_buckets``,
-            ``degree_buckets``, ``use_history``, ``history_content``).
+            ``degree_buckets``, ``use_history``, ``history_content``, ``structure_dim``).
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -57,6 +58,12 @@ class NodeInputEmbedding(nn.Module):
             self.hist_proj = nn.Linear(cfg.hidden_dim, cfg.hidden_dim)
             if cfg.history_content and use:
                 self.hist_content_proj = nn.Linear(cfg.content_dim, cfg.hidden_dim)
+        # No bias: a node without a structure embedding (zero row) gets no term. Same small std 0.02: a unit-norm
+        # structure vector starts at the size of the type embedding, below the projected content.
+        use_structure = cfg.use_structure_embedding and cfg.structure_dim > 0
+        self.structure_proj = nn.Linear(cfg.structure_dim, cfg.hidden_dim, bias=False) if use_structure else None
+        if self.structure_proj is not None:
+            nn.init.normal_(self.structure_proj.weight, std=0.02)
 
     def id_tables(self) -> list[nn.Parameter]:
         """The per-node lookup tables (ID and history): trained with their own learning rate, without weight decay."""
@@ -79,6 +86,8 @@ class NodeInputEmbedding(nn.Module):
             x = x + self.content_proj(feats.content[node_idx]) * has.to(x.dtype)
         if self.hist_emb is not None and feats.history is not None:
             x = x + self._history_term(node_idx, feats, history_exclude).to(x.dtype)
+        if self.structure_proj is not None:
+            x = x + self.structure_proj(feats.structure[node_idx])
         return x
 
     def _history_term(self, node_idx: Tensor, feats: NodeFeatures, exclude: Tensor | None) -> Tensor:

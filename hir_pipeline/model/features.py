@@ -62,6 +62,8 @@ class NodeFeatures:
         id_bucket: long ``[N]``, row of the node in the ID and history tables (:func:`id_rows`).
         content: float ``[N, Dc]`` pretrained content embeddings (zero rows where absent).
         has_content: bool ``[N]``.
+        structure: float ``[N, Ds]`` graph-wide structure embeddings (``graph_nodes.structure_embedding``; zero
+            rows where absent, ``Ds`` may be 0).
         history: each node's engagement neighbours (pooled into its token), or ``None``.
     """
 
@@ -71,6 +73,7 @@ class NodeFeatures:
     id_bucket: Tensor
     content: Tensor
     has_content: Tensor
+    structure: Tensor
     history: NeighbourHistory | None = None
 
     @classmethod
@@ -87,6 +90,7 @@ class NodeFeatures:
         exact_ids: bool = True,
         engagement: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
         history_max_neighbours: int = 0,
+        structure: np.ndarray | Tensor | None = None,
     ) -> NodeFeatures:
         """Build from columns of ``graph_nodes`` (and ``content_embeddings``), rows ordered by ``node_idx``.
 
@@ -100,6 +104,7 @@ class NodeFeatures:
             exact_ids: exact ID rows while the nodes with history fit (:func:`id_rows`).
             engagement: ``(user_idx, item_idx, weight)`` pairs the history is built from; ``None``: no history.
             history_max_neighbours: cap of each node's history (``ModelConfig.history_max_neighbours``).
+            structure: ``[N, Ds]`` structure embeddings (zero rows where absent), or ``None`` (``Ds = 0``).
         """
         n = len(entity_ids)
         if content is None:
@@ -119,6 +124,8 @@ class NodeFeatures:
             has_content=has_content_t,
             history=None if engagement is None else NeighbourHistory.from_engagement(
                 *engagement, num_nodes=n, max_neighbours=history_max_neighbours),
+            structure=torch.zeros(n, 0) if structure is None else torch.as_tensor(
+                np.asarray(structure, dtype=np.float32)),
         )
 
     @property

@@ -51,8 +51,8 @@ class FitResult:
     Args:
         model: the published encoder (``train_cfg.published_encoder``: the student or the EMA teacher) that
             produced ``inference``, in eval mode, on the training device.
-        model_cfg: the model configuration actually used (``content_dim`` / ``num_edge_types`` fitted to the
-            inputs, see :func:`resolve_model_config`).
+        model_cfg: the model configuration actually used (``content_dim``, ``structure_dim`` and ``num_edge_types``
+            fitted to the inputs, see :func:`resolve_model_config`).
         train_cfg: the training configuration actually used (``checkpoint_dir`` filled in).
         inference: embeddings and per-level cluster probabilities of every node (row = ``node_idx``).
         views: ``"narrow"`` or ``"broad"``: the views ``inference`` embedded (those ``model`` was trained on, see
@@ -96,14 +96,16 @@ class FitResult:
 
 
 def resolve_model_config(model_cfg: ModelConfig, inputs: ModelInputs) -> ModelConfig:
-    """``model_cfg`` fitted to the data: ``content_dim`` = the content width of ``inputs``; ``num_edge_types``
-    raised to the highest edge type id when the graph has more types than configured; ``id_buckets`` shrunk to
-    the number of nodes with history when they get exact IDs (one row each, no unused rows)."""
+    """``model_cfg`` fitted to the data: ``content_dim`` / ``structure_dim`` = the content / structure embedding
+    widths of ``inputs``; ``num_edge_types`` raised to the highest edge type id when the graph has more types than
+    configured; ``id_buckets`` shrunk to the number of nodes with history when they get exact IDs (one row each, no
+    unused rows)."""
     with_history = int(np.count_nonzero(inputs.has_history))
     id_buckets = model_cfg.id_buckets
     if model_cfg.exact_ids and with_history <= id_buckets:
         id_buckets = max(1, with_history)
-    return dataclasses.replace(model_cfg, content_dim=inputs.content_dim, id_buckets=id_buckets,
+    return dataclasses.replace(model_cfg, content_dim=inputs.content_dim, structure_dim=inputs.structure_dim,
+                               id_buckets=id_buckets,
                                num_edge_types=max(model_cfg.num_edge_types, int(inputs.max_edge_type)))
 
 
@@ -158,7 +160,8 @@ def fit_and_embed(
 
     Args:
         inputs: features, views and engagement pairs of the graph.
-        model_cfg: model configuration; ``content_dim`` and ``num_edge_types`` are fitted to ``inputs``.
+        model_cfg: model configuration; ``content_dim``, ``structure_dim`` and ``num_edge_types`` are fitted to
+            ``inputs``.
         train_cfg: training configuration (its ``checkpoint_dir`` is replaced by ``checkpoint_dir``).
         checkpoint_dir: folder of this run's per-epoch checkpoints (created).
         on_epoch_end: ``callback(epoch, metrics)`` after each trained epoch, after its checkpoint is written; an

@@ -76,6 +76,8 @@ class ModelInputs:
         engagement: funnel-weighted ``(user_idx, item_idx, weight)`` pairs, sorted by (user, item).
         max_edge_type: highest edge type id in the views (0 when they hold no edge).
         provenance: free-form description of where the inputs came from (table versions, ...).
+        structure: float32 ``[N, Ds]`` graph-wide structure embeddings (``graph_nodes.structure_embedding``), zero
+            rows where absent; ``None`` = none (``Ds = 0``).
     """
 
     entity_ids: np.ndarray
@@ -90,9 +92,12 @@ class ModelInputs:
     engagement: Engagement
     max_edge_type: int = 0
     provenance: dict[str, Any] = field(default_factory=dict)
+    structure: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.entity_ids)
+        if self.structure is not None and (self.structure.ndim != 2 or len(self.structure) != n):
+            raise ValueError(f"structure must be [{n}, Ds], got shape {self.structure.shape}")
         for name in ("entity_types", "node_type", "degree_bucket", "has_history", "content", "has_content"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"{name} has {len(getattr(self, name))} rows for {n} nodes")
@@ -116,8 +121,12 @@ class ModelInputs:
     def content_dim(self) -> int:
         return int(self.content.shape[1]) if self.content.ndim == 2 else 0
 
+    @property
+    def structure_dim(self) -> int:
+        return 0 if self.structure is None else int(self.structure.shape[1])
+
     def features(self, model_cfg: ModelConfig | int) -> NodeFeatures:
-        """The model's :class:`NodeFeatures`, with the engagement history of every node.
+        """The model's :class:`NodeFeatures`, with the engagement history and structure embedding of every node.
 
         Args:
             model_cfg: the (resolved) model configuration: ``id_buckets``, ``exact_ids`` and
@@ -132,7 +141,8 @@ class ModelInputs:
                                         self.has_history, cfg.id_buckets, self.content, self.has_content,
                                         content_dim=self.content_dim, exact_ids=cfg.exact_ids,
                                         engagement=self.engagement,
-                                        history_max_neighbours=cfg.history_max_neighbours)
+                                        history_max_neighbours=cfg.history_max_neighbours,
+                                        structure=self.structure)
 
     def summary(self) -> dict[str, int]:
         """Counts worth logging: nodes, views, pairs, content coverage, collected bytes."""
@@ -144,6 +154,7 @@ class ModelInputs:
             "nodes_with_content": int(np.count_nonzero(self.has_content)),
             "nodes_with_history": int(np.count_nonzero(self.has_history)),
             "content_dim": self.content_dim,
+            "structure_dim": self.structure_dim,
             "max_edge_type": int(self.max_edge_type),
             "array_bytes": self.nbytes(),
         }
@@ -152,6 +163,7 @@ class ModelInputs:
         """Bytes held by the numpy arrays (views counted once; Python object overhead not included)."""
         total = sum(np.asarray(a).nbytes for a in (self.node_type, self.degree_bucket, self.has_history,
                                                    self.content, self.has_content, *self.engagement))
+        total += 0 if self.structure is None else self.structure.nbytes
         for views in (self.broad_views, self.narrow_views):
             for v in views:
                 total += sum(np.asarray(v[k]).nbytes for k in ("nodes", "node_types", "dist", "edge_types"))
@@ -184,6 +196,9 @@ class ModelInputs:
                 add(_raw(v["dist"], np.int8))
                 add(_raw(v["edge_types"], np.uint8))
         h.update(str(int(self.max_edge_type)).encode())
+        if self.structure_dim:  # absent: the fingerprint of inputs without the structure embedding is unchanged
+            h.update(b"structure")
+            add(np.asarray(self.structure, dtype=np.float32))
         return h.hexdigest()
 
 

@@ -6,6 +6,7 @@ the graph, the model, the evaluation), through the ``graph_settings`` resource, 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hir_pipeline.contracts import DEFAULT_FUNNEL, DEFAULT_MAX_DIST
@@ -36,7 +37,17 @@ class GraphConfig:
             (chosen once per node by a seeded weighted sample), so a hub with 1e5 events costs ``hub_cap``
             rows per visit, not 1e5.
         centrality_buckets: number of weighted-degree quantile buckets in ``graph_nodes.centrality_bucket``.
-        seed: seed of every sampling decision (hash-based, so results do not depend on partitioning).
+        seed: seed of every sampling decision (hash-based, so results do not depend on partitioning), including
+            the random projection of the structure embedding.
+        structure_embedding: compute the FastRP structure embedding of every node
+            (``graph_nodes.structure_embedding``, :mod:`spark_jobs.graph.fastrp`); ``False`` leaves it null.
+        structure_dim: width ``d`` of the structure embedding.
+        structure_iteration_weights: weight ``alpha_t`` of propagation step ``t = 1..k`` in the embedding
+            ``rownorm(sum_t alpha_t X_t)``; its length is the number of steps ``k`` (default 3, equal weights).
+        structure_sparsity: ``s`` of the very sparse random projection: an entry is non-zero with probability
+            ``1 / s`` (default 3, Achlioptas' sparse projection).
+        structure_degree_exponent: ``beta`` of the initial vectors ``deg^beta R`` (weighted degree); negative
+            values lower the weight of hubs (default 0: plain FastRP).
     """
 
     funnel: tuple[str, ...] = DEFAULT_FUNNEL
@@ -50,6 +61,11 @@ class GraphConfig:
     hub_cap: int = 32
     centrality_buckets: int = 10
     seed: int = 0
+    structure_embedding: bool = True
+    structure_dim: int = 64
+    structure_iteration_weights: tuple[float, ...] = (1.0, 1.0, 1.0)
+    structure_sparsity: float = 3.0
+    structure_degree_exponent: float = 0.0
 
     def __post_init__(self) -> None:
         if len(self.stage_weights) != len(self.funnel):
@@ -68,6 +84,15 @@ class GraphConfig:
             raise ValueError("max_dist must be in 1..126 (distances are stored as int8)")
         if self.max_view_nodes < 1 or self.hub_cap < 1 or self.centrality_buckets < 1:
             raise ValueError("max_view_nodes, hub_cap and centrality_buckets must be >= 1")
+        if self.structure_dim < 1:
+            raise ValueError("structure_dim must be >= 1")
+        alphas = self.structure_iteration_weights
+        if not alphas or any(not (math.isfinite(a) and a >= 0) for a in alphas) or not sum(alphas) > 0:
+            raise ValueError("structure_iteration_weights needs at least one step, weights finite, >= 0, not all 0")
+        if not self.structure_sparsity >= 1:
+            raise ValueError("structure_sparsity must be >= 1 (an entry is non-zero with probability 1 / s)")
+        if not math.isfinite(self.structure_degree_exponent):
+            raise ValueError("structure_degree_exponent must be finite")
 
     @property
     def broad_hops(self) -> int:

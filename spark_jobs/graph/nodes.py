@@ -4,7 +4,8 @@ Degree, weighted degree and their log / quantile buckets are the structural enco
 transformer embeds (degree centrality encoding of Graphormer, Ying et al., "Do Transformers Really Perform
 Bad for Graph Representation?", NeurIPS 2021). Quantiles of weighted degree stand in for PageRank-style
 centrality: one aggregation instead of an iterative job, and on a symmetric bipartite-like graph the two
-rank nodes very similarly.
+rank nodes very similarly. The graph-wide structure embedding (FastRP, :mod:`spark_jobs.graph.fastrp`) is the
+one iterative part.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import DEGREE_BUCKETS
 from spark_jobs.graph.config import GraphConfig
+from spark_jobs.graph.fastrp import STRUCTURE_COLUMN, structure_embeddings
 from spark_jobs.graph.index import index_entities
 
 #: Column order of the ``graph_nodes`` table (contracts.py, "Graph tables").
 NODE_COLUMNS = ("node_idx", "entity_id", "entity_type", "node_type", "has_history", "degree", "weighted_degree",
-                "degree_by_type", "degree_bucket", "centrality_bucket", "run_date")
+                "degree_by_type", "degree_bucket", "centrality_bucket", STRUCTURE_COLUMN, "run_date")
 
 
 def build_nodes(
@@ -35,11 +37,15 @@ def build_nodes(
         entities: bronze entities; the same ones given to :func:`~spark_jobs.graph.edges.build_edges`.
         edges: the ``graph_edges`` table (symmetric, so out-degree is the degree).
         run_date: written to ``run_date``.
-        config: funnel (which edge types are activity, for ``has_history``) and ``centrality_buckets``.
+        config: funnel (which edge types are activity, for ``has_history``), ``centrality_buckets`` and the
+            ``structure_*`` settings.
 
     Returns:
         A DataFrame with the ``graph_nodes`` schema. ``degree_bucket = min(floor(log2(degree + 1)), 15)``;
-        ``centrality_bucket = min(floor(percent_rank(weighted_degree) * B), B - 1)`` so ties share a bucket.
+        ``centrality_bucket = min(floor(percent_rank(weighted_degree) * B), B - 1)`` so ties share a bucket;
+        ``structure_embedding`` is the FastRP embedding (null for nodes without edges, and for every node when
+        ``config.structure_embedding`` is off). With it on, the FastRP iterations run (as Spark jobs) during this
+        call.
     """
     config = config or GraphConfig()
     activity = list(config.funnel) + [f"rev_{s}" for s in config.funnel]
@@ -50,12 +56,18 @@ def build_nodes(
         F.map_from_entries(F.array_sort(F.collect_list(F.struct("edge_type", "n")))).alias("degree_by_type"),
         F.max(F.col("edge_type").isin(*activity)).alias("has_history"),
     )
-    nodes = index_entities(entities).join(stats, "node_idx", "left").select(
+    index = index_entities(entities)
+    if config.structure_embedding:
+        index = index.join(structure_embeddings(index, edges, config), "node_idx", "left")
+    else:
+        index = index.withColumn(STRUCTURE_COLUMN, F.lit(None).cast("array<float>"))
+    nodes = index.join(stats, "node_idx", "left").select(
         "node_idx", "entity_id", "entity_type", "node_type",
         F.coalesce("has_history", F.lit(False)).alias("has_history"),
         F.coalesce("degree", F.lit(0)).cast("long").alias("degree"),
         F.coalesce("weighted_degree", F.lit(0.0)).cast("double").alias("weighted_degree"),
         F.coalesce("degree_by_type", F.create_map().cast("map<string,bigint>")).alias("degree_by_type"),
+        STRUCTURE_COLUMN,
     )
     log_bucket = F.floor(F.log2(F.col("degree") + 1)).cast("int")
     rank = F.percent_rank().over(Window.orderBy("weighted_degree"))

@@ -19,6 +19,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
 from spark_jobs.graph import GraphConfig, GraphSnapshot, build_edges, build_nodes, build_views  # noqa: E402
+from spark_jobs.graph.fastrp import STRUCTURE_COLUMN  # noqa: E402
 from spark_jobs.model_inputs import load_model_inputs  # noqa: E402
 
 RUN = dt.date(2024, 4, 30)
@@ -143,7 +144,34 @@ def test_each_collected_part_is_reported_to_progress(graph):
     lines: list[str] = []
     inputs = _load(graph, progress=lines.append)
     assert [line.split(" in ")[0] for line in lines] == [
-        "collected 12 nodes", "collected 12 broad and 12 narrow views",
+        "collected 12 nodes", "collected structure embeddings of 10 nodes (dim 64)",
+        "collected 12 broad and 12 narrow views",
         f"collected content vectors of {len(graph['vectors'])} nodes (dim {DIM})", "collected 4 engagement pairs"]
     assert all(re.search(r" in \d+\.\ds$", line) for line in lines), lines
     assert inputs.num_nodes == 12
+
+
+def test_structure_embedding_follows_node_idx(graph):
+    inputs = _load(graph)
+    rows = sorted(graph["nodes"].collect(), key=lambda r: r.node_idx)
+    assert inputs.structure.shape == (12, CFG.structure_dim) and inputs.structure.dtype == np.float32
+    for i, row in enumerate(rows):
+        if row[STRUCTURE_COLUMN] is None:  # no edge: a zero row
+            assert row.degree == 0 and not inputs.structure[i].any()
+        else:
+            np.testing.assert_array_equal(inputs.structure[i], np.asarray(row[STRUCTURE_COLUMN], dtype=np.float32))
+    assert sum(r[STRUCTURE_COLUMN] is None for r in rows) == 2  # u_cold and p_cold
+    np.testing.assert_array_equal(inputs.features(id_buckets=32).structure.numpy(), inputs.structure)
+    assert inputs.summary()["structure_dim"] == CFG.structure_dim
+
+
+def test_no_structure_column_or_all_null_means_no_structure(graph):
+    old = _load(graph.copy() | {"nodes": graph["nodes"].drop(STRUCTURE_COLUMN)})  # a snapshot written before it
+    off = _load(graph.copy() | {"nodes": graph["nodes"].withColumn(STRUCTURE_COLUMN,
+                                                                   F.lit(None).cast("array<float>"))})
+    for inputs in (old, off):
+        assert inputs.structure is None and inputs.structure_dim == 0
+        assert inputs.features(id_buckets=32).structure.shape == (12, 0)
+    with pytest.raises(ValueError, match="widths"):
+        _load(graph.copy() | {"nodes": graph["nodes"].withColumn(STRUCTURE_COLUMN, F.when(
+            F.col("node_idx") == 0, F.array(F.lit(1.0).cast("float"))).otherwise(F.col(STRUCTURE_COLUMN)))})

@@ -182,3 +182,56 @@ def test_history_switches_and_the_excluded_pair_reach_the_token():
         full = model(pack_views(anchor_view, pad_to=16, max_dist=CFG.max_dist), lhs_feats).embedding
     torch.testing.assert_close(left_out, without, atol=1e-6, rtol=0)
     assert not torch.allclose(left_out, full, atol=1e-4)
+
+
+def _with_structure(feats: NodeFeatures, dim: int = 5, seed: int = 1) -> NodeFeatures:
+    """``feats`` plus unit-norm structure rows for even nodes and zero rows (no embedding) for odd ones."""
+    rng = np.random.default_rng(seed)
+    rows = torch.nn.functional.normalize(torch.as_tensor(rng.normal(size=(feats.num_nodes, dim)), dtype=torch.float32),
+                                         dim=-1)
+    rows[1::2] = 0.0
+    return dataclasses.replace(feats, structure=rows)
+
+
+def test_structure_embedding_is_one_more_input_term():
+    feats, views = _graph()
+    feats = _with_structure(feats)
+    cfg = dataclasses.replace(CFG, structure_dim=5)
+    batch = pack_views(views, pad_to=16, max_dist=CFG.max_dist)
+    torch.manual_seed(0)
+    model = HIRModel(cfg).eval()
+    embed = model.encoder.embed
+    assert embed.structure_proj is not None and embed.structure_proj.bias is None
+    nodes = torch.arange(feats.num_nodes)
+    with torch.no_grad():
+        without = embed(nodes, dataclasses.replace(feats, structure=torch.zeros_like(feats.structure)))
+        torch.testing.assert_close(embed(nodes, feats) - without, embed.structure_proj(feats.structure))
+        base = model(batch, feats).embedding
+        moved = feats.structure.clone()
+        moved[0] = torch.roll(moved[0], 1)  # node 0 (an anchor) gets another structure vector
+        assert not torch.allclose(model(batch, dataclasses.replace(feats, structure=moved)).embedding[0], base[0])
+    off = HIRModel(dataclasses.replace(cfg, use_structure_embedding=False)).eval()
+    assert off.encoder.embed.structure_proj is None
+    changed = dataclasses.replace(feats, structure=feats.structure + 1.0)
+    torch.testing.assert_close(off(batch, feats).embedding, off(batch, changed).embedding)
+    # Width 0 (inputs without the embedding) builds no projection either.
+    assert HIRModel(CFG).encoder.embed.structure_proj is None
+
+
+def test_structure_term_starts_small_next_to_content():
+    cfg = dataclasses.replace(CFG, hidden_dim=64, num_heads=4, content_dim=384, structure_dim=64)
+    torch.manual_seed(0)
+    embed = HIRModel(cfg).encoder.embed
+    content = torch.nn.functional.normalize(torch.randn(256, cfg.content_dim), dim=-1)
+    structure = torch.nn.functional.normalize(torch.randn(256, cfg.structure_dim), dim=-1)
+    assert embed.structure_proj(structure).norm(dim=-1).mean() < embed.content_proj(content).norm(dim=-1).mean()
+
+
+def test_node_features_default_to_no_structure():
+    feats, _ = _graph()
+    assert feats.structure.shape == (feats.num_nodes, 0)
+    rows = np.ones((feats.num_nodes, 3), dtype=np.float32)
+    built = NodeFeatures.from_arrays([f"id{i}" for i in range(feats.num_nodes)], feats.node_type,
+                                     feats.degree_bucket, feats.has_history, CFG.id_buckets, structure=rows)
+    assert built.structure.dtype == torch.float32 and built.structure.shape == (feats.num_nodes, 3)
+    assert built.to("cpu").structure.shape == (feats.num_nodes, 3)

@@ -161,3 +161,15 @@ def test_cuda_bf16_when_present(inputs, tmp_path):
     res = fit_and_embed(inputs, MODEL, dataclasses.replace(TRAIN, device="auto"), tmp_path)
     assert res.device.startswith("cuda") and res.bf16 == torch.cuda.is_bf16_supported()
     assert np.isfinite(res.inference.embeddings).all() and res.inference.embeddings.shape[0] == inputs.num_nodes
+
+
+def test_structure_embedding_width_is_fitted_and_fed(inputs, tmp_path):
+    rng = np.random.default_rng(3)
+    rows = rng.normal(size=(inputs.num_nodes, 5)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    with_rows = dataclasses.replace(inputs, structure=rows)
+    fitted = fit_and_embed(with_rows, MODEL, TRAIN, tmp_path / "on")
+    assert fitted.model_cfg.structure_dim == 5 and fitted.model.encoder.embed.structure_proj is not None
+    off = fit_and_embed(with_rows, dataclasses.replace(MODEL, use_structure_embedding=False), TRAIN, tmp_path / "off")
+    assert off.model.encoder.embed.structure_proj is None and off.fingerprint != fitted.fingerprint
+    assert not np.allclose(fitted.inference.embeddings, off.inference.embeddings, atol=1e-4)
