@@ -26,7 +26,11 @@ L2-normalised embeddings). Variants (``--variants``):
 * ``no_structure``    -- ``structural_bias = False`` (plain attention within each view),
 * ``one_level``       -- a single level of prototypes (the finest),
 * ``no_logq``         -- ``engagement_logq = False`` (no in-batch sampling correction),
-* ``no_history``      -- ``use_history = False`` (no pooled engagement history in the tokens).
+* ``no_history``      -- ``use_history = False`` (no pooled engagement history in the tokens),
+* ``no_structure_embedding`` -- ``use_structure_embedding = False`` (no graph-wide FastRP input).
+
+``--defaults`` starts from the library defaults (the production, GPU-sized schedule) instead of the CPU sample
+config.
 
 For each row: the published encoder's warm and cold Recall@K, mean over seeds (and their standard deviation);
 its ratio to the best baseline and the difference, with a paired bootstrap interval over users of the
@@ -71,6 +75,7 @@ VARIANTS = {
     "one_level": {"level_sizes": None},  # filled with the finest level of the run's settings
     "no_logq": {"engagement_logq": False},
     "no_history": {"use_history": False},
+    "no_structure_embedding": {"use_structure_embedding": False},
 }
 SAMPLE_CONFIG = Path(__file__).resolve().parents[1] / "config" / "cpu_sample.yaml"
 #: Settings on top of the CPU sample config: quiet, on CPU.
@@ -392,7 +397,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--split", choices=SPLITS, default="validation", help="validation: tune (default); test: only "
                    "to report settings chosen on validation")
     p.add_argument("--seeds", type=int, default=3, help="HIR models per row (training seeds seed, seed + 1, ...)")
-    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--epochs", type=int, default=None, help="training epochs (default: as the base settings say)")
+    p.add_argument("--defaults", action="store_true", help="start from the library defaults (the production, "
+                   "GPU-sized schedule) instead of config/cpu_sample.yaml's model_settings")
     p.add_argument("--variants", default="full", help=f"comma-separated among {', '.join(VARIANTS)}")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="ModelConfig / TrainConfig override for every run (JSON value)")
@@ -417,7 +424,8 @@ def main(argv: list[str] | None = None) -> dict:
                                    bootstrap_samples=args.bootstrap_samples)
     cache = args.cache.with_suffix(args.cache.suffix + ".baselines.pkl") if args.cache else None
     baselines = baseline_results(data, prepared["item_content"], settings, cache)
-    base = {**sample_settings(), **QUIET, "epochs": args.epochs,
+    base = {**({} if args.defaults else sample_settings()), **QUIET,
+            **({} if args.epochs is None else {"epochs": args.epochs}),
             **{k: parse_value(v) for k, v in (s.split("=", 1) for s in args.set)}}
     first_seed = int(base.pop("seed", 0))
     seeds = [first_seed + i for i in range(args.seeds)]
