@@ -27,20 +27,24 @@ class PackedBatch:
         node_idx: long ``[S]`` global node of each token (0 for padding; see ``token_mask``).
         token_mask: bool ``[S]``, real (non-padding) tokens.
         anchor_idx: long ``[V]`` global anchor node of each view.
+        hide_features: optional bool ``[S]``: tokens whose own ID and content features are hidden from the
+            input embedding (anchor-feature masking of student views); ``None`` = none.
     """
 
     layout: PackedLayout
     node_idx: Tensor
     token_mask: Tensor
     anchor_idx: Tensor
+    hide_features: Tensor | None = None
 
     @property
     def num_views(self) -> int:
         return self.layout.num_views
 
     def to(self, device: torch.device | str) -> PackedBatch:
+        hide = None if self.hide_features is None else self.hide_features.to(device)
         return PackedBatch(self.layout.to(device), self.node_idx.to(device), self.token_mask.to(device),
-                           self.anchor_idx.to(device))
+                           self.anchor_idx.to(device), hide)
 
 
 def _as_array(value: Any, dtype: np.dtype) -> np.ndarray:

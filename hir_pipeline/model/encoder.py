@@ -42,14 +42,17 @@ class NodeInputEmbedding(nn.Module):
         for table in (self.type_emb, self.degree_emb, self.id_emb):
             nn.init.normal_(table.weight, std=0.02)
 
-    def forward(self, node_idx: Tensor, feats: NodeFeatures) -> Tensor:
-        """Embeddings ``[S, hidden_dim]`` of the global nodes ``node_idx``."""
+    def forward(self, node_idx: Tensor, feats: NodeFeatures, hide: Tensor | None = None) -> Tensor:
+        """Embeddings ``[S, hidden_dim]`` of the global nodes ``node_idx``; tokens where ``hide`` (bool ``[S]``) is
+        True lose their ID and content terms (anchor-feature masking)."""
         x = self.type_emb(feats.node_type[node_idx]) + self.degree_emb(feats.degree_bucket[node_idx])
-        hist = feats.has_history[node_idx].unsqueeze(-1)
-        x = x + self.id_emb(feats.id_bucket[node_idx]) * hist.to(x.dtype)
+        hist = feats.has_history[node_idx]
+        has = feats.has_content[node_idx]
+        if hide is not None:
+            hist, has = hist & ~hide, has & ~hide
+        x = x + self.id_emb(feats.id_bucket[node_idx]) * hist.unsqueeze(-1).to(x.dtype)
         if self.content_proj is not None:
-            has = feats.has_content[node_idx].unsqueeze(-1)
-            x = x + self.content_proj(feats.content[node_idx]) * has.to(x.dtype)
+            x = x + self.content_proj(feats.content[node_idx]) * has.unsqueeze(-1).to(x.dtype)
         return x
 
 
@@ -144,7 +147,7 @@ class GraphTransformerEncoder(nn.Module):
         self.proj = nn.Linear(cfg.hidden_dim, cfg.out_dim)
 
     def forward(self, batch: PackedBatch, feats: NodeFeatures) -> EncoderOutput:
-        x = self.embed(batch.node_idx, feats)
+        x = self.embed(batch.node_idx, feats, batch.hide_features)
         needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
         backend = resolve_backend(self.cfg.attention_backend, x, needs_grad, self.cfg.compile_flex_cpu)
         # One block mask for all layers (only the FlexAttention path uses it).
