@@ -167,7 +167,7 @@ def fit_and_embed(
     features = inputs.features(model_cfg.id_buckets)
     narrow = inputs.narrow_views or None
     trainer = Trainer(model_cfg, train_cfg, features, inputs.broad_views, narrow, inputs.engagement,
-                      on_epoch_end=on_epoch_end)
+                      on_epoch_end=on_epoch_end, seen=inputs.seen_pairs)
     log.info("fit %s: %s, %d epoch(s) already in %s", fingerprint[:12], inputs.summary(), done, checkpoint_dir)
     t0 = time.perf_counter()
     history = trainer.fit()
