@@ -199,7 +199,7 @@ def run_variant(data, inputs, overrides: dict, k: int) -> dict:
     features = inputs.features(model_cfg)
     torch.manual_seed(train_cfg.seed)
     trainer = Trainer(model_cfg, train_cfg, features, inputs.broad_views, inputs.narrow_views or None,
-                      inputs.engagement)
+                      inputs.engagement, seen=getattr(inputs, "seen_pairs", None))
     t0 = time.perf_counter()
     trainer.fit()
     train_s = time.perf_counter() - t0

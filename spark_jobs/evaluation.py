@@ -317,7 +317,8 @@ def evaluate_run(
     rows += comparison_rows(comparisons, settings.k)
     assignments = [np.argmax(p, axis=1) for p in fit.inference.probs]
     rows += clustering_rows(entity_ids, [str(t) for t in inputs.entity_types], assignments,
-                            fit.model_cfg.level_sizes, truth)
+                            fit.model_cfg.level_sizes, truth, probs=fit.inference.probs,
+                            parent_maps=fit.inference.parent_maps)
     details: dict[str, Any] = {"target_stage": split.target_stage, "split_note": split.note,
                                "users_per_stage": split.users_per_stage,
                                "hir_seeds": {str(seed): {s: round(v, 4) for s, v in got.items()}

@@ -9,7 +9,7 @@ what                         driver memory (``N`` nodes, ``V`` views of ``n`` no
 node features                ``N * (3 small ints + Dc float32 + Ds float32)``, plus the ``N`` id strings
 views                        ``V * (9 n + 2 n^2)`` bytes (int64 node ids, int8 types, int8 distances, uint8 edge
                              types), plus one small dict per view (~0.5 KB of Python overhead)
-engagement pairs             ``20 P`` bytes
+engagement pairs             ``20 P`` bytes, plus ``16 Q`` for the ``Q`` seen-only (e.g. impression) pairs
 ==========================  =====================================================================================
 
 For example 1 M nodes with 384-d content, broad views of ~40 and narrow views of ~9 nodes and 5 M pairs need
@@ -51,9 +51,14 @@ CONTENT_TABLE = "content_embeddings"
 
 
 def default_engagement_weights(funnel: Sequence[str]) -> tuple[float, ...]:
-    """Funnel depth above the first stage: ``impression 0 (not engagement), click 1, add_to_cart 2,
-    conversion 3`` for the default funnel, so a conversion counts three times a click."""
-    return tuple(float(i) for i in range(len(funnel)))
+    """Engagement weight per funnel stage, aligned with deep-funnel targets: 0 for the first stage (seen is not
+    engaged), then geometric from 1 (the first engaged stage) to 10 (the deepest), so that the deepest stage, the
+    one evaluation targets, dominates: ``impression 0, click 1, add_to_cart 3.16, conversion 10`` for the default
+    funnel (the ratios of ``GraphConfig.stage_weights``)."""
+    n = len(funnel)
+    if n <= 2:
+        return tuple(float(min(i, 1)) for i in range(n))
+    return (0.0, *(float(10.0 ** ((i - 1) / (n - 2))) for i in range(1, n)))
 
 
 def _list_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -214,8 +219,15 @@ def collect_engagement(edges_df: DataFrame, funnel: Sequence[str], stage_weights
 
     A forward activity edge (``edge_type`` = a funnel stage, ``src`` = the user) carries the deepest stage
     the user reached on the item; its pair weight is ``stage_weights[stage]``. Pairs of weight 0 are dropped
-    (by default the shallowest stage, impressions: seen is not engaged).
+    (by default the shallowest stage, impressions: seen is not engaged; see :func:`collect_activity`).
     """
+    return collect_activity(edges_df, funnel, stage_weights)[0]
+
+
+def collect_activity(edges_df: DataFrame, funnel: Sequence[str], stage_weights: Sequence[float]):
+    """``(engagement, seen)`` from the forward activity edges, in one pass: the funnel-weighted engaged pairs (as
+    :func:`collect_engagement`) and the ``(user_idx, item_idx)`` pairs whose deepest stage has weight 0 (seen,
+    not engaged), both sorted by (user, item)."""
     if len(stage_weights) != len(funnel):
         raise ValueError(f"{len(stage_weights)} engagement weights for a funnel of {len(funnel)} stages")
     stage = F.array_position(F.array(*[F.lit(s) for s in funnel]), F.col("edge_type"))
@@ -223,11 +235,12 @@ def collect_engagement(edges_df: DataFrame, funnel: Sequence[str], stage_weights
     table = (
         edges_df.where(stage > 0)
         .select(F.col("src_idx").cast("long"), F.col("dst_idx").cast("long"), weight.cast("float").alias("w"))
-        .where(F.col("w") > 0)
         .toArrow()
     )
-    return engagement_arrays(table.column("src_idx").to_numpy(), table.column("dst_idx").to_numpy(),
-                             table.column("w").to_numpy())
+    src, dst, w = (table.column(c).to_numpy() for c in ("src_idx", "dst_idx", "w"))
+    engaged = w > 0
+    seen = engagement_arrays(src[~engaged], dst[~engaged], np.zeros(int((~engaged).sum()), dtype=np.float32))
+    return engagement_arrays(src[engaged], dst[engaged], w[engaged]), seen[:2]
 
 
 def load_model_inputs(
@@ -276,8 +289,8 @@ def load_model_inputs(
     done("views", f"{len(views[VIEW_BROAD]):,} broad and {len(views[VIEW_NARROW]):,} narrow views")
     content, has_content = stages.run("content", lambda: collect_content(content_df, nodes_df, n, content_column))
     done("content", f"content vectors of {int(has_content.sum()):,} nodes (dim {content.shape[1]})")
-    engagement = stages.run("engagement", lambda: collect_engagement(edges_df, funnel, weights))
-    done("engagement", f"{len(engagement[0]):,} engagement pairs")
+    engagement, seen = stages.run("engagement", lambda: collect_activity(edges_df, funnel, weights))
+    done("engagement", f"{len(engagement[0]):,} engagement pairs and {len(seen[0]):,} seen-only pairs")
     # The model sees edge types only through the views: their largest id sizes the edge-type bias table.
     max_edge_type = max((int(v["edge_types"].max(initial=0)) for vs in views.values() for v in vs), default=0)
     return ModelInputs(
@@ -286,6 +299,7 @@ def load_model_inputs(
         has_content=has_content, broad_views=views[VIEW_BROAD], narrow_views=views[VIEW_NARROW],
         engagement=engagement, max_edge_type=int(max_edge_type), provenance=dict(provenance or {}),
         structure=structure,
+        seen_pairs=seen,
     )
 
 

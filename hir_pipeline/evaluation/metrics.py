@@ -7,7 +7,10 @@ ranker), ``Recall@K = |R[:K] & T| / |T|`` and ``NDCG@K = DCG / IDCG`` with binar
 users with at least one target.
 
 Clustering: normalised mutual information with the arithmetic-mean normalisation
-``NMI = I(U; V) / ((H(U) + H(V)) / 2)`` (the default of scikit-learn), computed from the contingency table.
+``NMI = I(U; V) / ((H(U) + H(V)) / 2)`` (the default of scikit-learn), computed from the contingency table;
+cluster usage and sharpness (mean top probability) per level; and the tree of the hierarchy: a fine cluster's
+parent is the coarse cluster most of its members fall into (:func:`majority_parents`), and the agreement is the
+share of nodes whose coarse cluster is their fine cluster's parent (:func:`parent_agreement`).
 """
 
 from __future__ import annotations
@@ -115,3 +118,50 @@ def cluster_usage(assignments: np.ndarray, num_clusters: int) -> dict[str, float
         "usage_perplexity": float(np.exp(entropy(counts))) if counts.sum() else 0.0,
         "largest_share": float(counts.max() / total) if counts.size else 0.0,
     }
+
+
+def mean_top_probability(probs: np.ndarray) -> float:
+    """Mean over nodes of the largest cluster probability (``1 / K`` = uniform, 1 = hard assignments).
+
+    Args:
+        probs: float ``[N, K]`` cluster probabilities of one level.
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    return float(p.max(axis=1).mean()) if p.size else float("nan")
+
+
+def majority_parents(fine: np.ndarray, coarse: np.ndarray, num_fine: int,
+                     fallback: np.ndarray | None = None) -> np.ndarray:
+    """Parent of each fine cluster: the coarse cluster most of its members fall into (ties: the lowest id).
+
+    Args:
+        fine: int ``[N]`` fine cluster of each node.
+        coarse: int ``[N]`` coarse cluster of each node (the level above).
+        num_fine: number of fine clusters ``K``.
+        fallback: int ``[K]`` parent of a fine cluster without members (e.g. the most similar coarse prototype);
+            default 0.
+
+    Returns:
+        int64 ``[K]``.
+    """
+    fine = np.asarray(fine, dtype=np.int64)
+    coarse = np.asarray(coarse, dtype=np.int64)
+    out = np.zeros(num_fine, dtype=np.int64) if fallback is None else np.asarray(fallback, dtype=np.int64).copy()
+    if fine.size == 0:
+        return out
+    counts = sp.coo_matrix((np.ones(fine.size), (fine, coarse)), shape=(num_fine, int(coarse.max()) + 1)).toarray()
+    has = counts.sum(1) > 0
+    out[has] = counts[has].argmax(1)
+    return out
+
+
+def parent_agreement(fine: np.ndarray, coarse: np.ndarray, parents: np.ndarray) -> float:
+    """Share of nodes whose coarse cluster is the parent of their fine cluster.
+
+    Args:
+        fine: int ``[N]`` fine cluster of each node.
+        coarse: int ``[N]`` coarse cluster of each node.
+        parents: int ``[K]`` parent of each fine cluster (:func:`majority_parents`).
+    """
+    fine = np.asarray(fine, dtype=np.int64)
+    return float((np.asarray(parents)[fine] == np.asarray(coarse)).mean()) if fine.size else float("nan")

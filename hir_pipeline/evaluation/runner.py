@@ -2,8 +2,9 @@
 
 A metric row is ``(method, split, metric, value)``, the shape of the ``evaluation_metrics`` table (the
 orchestration layer adds ``model_version`` and ``run_date``). Ranking rows have split ``warm`` / ``cold``;
-clustering rows (HIR only) have split ``all`` or an entity type, and metrics ``nmi_level_<l>``,
-``clusters_used_level_<l>``, ``usage_perplexity_level_<l>``, ``largest_share_level_<l>``.
+clustering rows (HIR only) have split ``all``, ``item`` (every type but users) or an entity type, and metrics
+``nmi_level_<l>``, ``clusters_used_level_<l>``, ``usage_perplexity_level_<l>``, ``largest_share_level_<l>``,
+``mean_top_probability_level_<l>`` and ``parent_agreement_level_<l>`` (``l >= 1``).
 
 Comparison rows (HIR only, per split) come from per-user Recall@K: ``recall_at_<k>_vs_<ref>`` is HIR's mean over
 the reference's, ``recall_at_<k>_diff_vs_<ref>`` their difference, each with ``_ci_low`` / ``_ci_high`` ends of a
@@ -32,7 +33,13 @@ from hir_pipeline.evaluation.baselines import (
 )
 from hir_pipeline.evaluation.bootstrap import PairedInterval, paired_bootstrap
 from hir_pipeline.evaluation.data import COLD, WARM, EvalData
-from hir_pipeline.evaluation.metrics import cluster_usage, nmi
+from hir_pipeline.evaluation.metrics import (
+    cluster_usage,
+    majority_parents,
+    mean_top_probability,
+    nmi,
+    parent_agreement,
+)
 from hir_pipeline.evaluation.scoring import Scorer, UserScores, evaluate_per_user, summarize
 from hir_pipeline.timing import Stages
 
@@ -311,8 +318,11 @@ def clustering_rows(
     truth: Mapping[str, Mapping[str, int | None]] | None = None,
     truth_levels: Sequence[str] = ("level0", "level1", "level2"),
     method: str = "hir",
+    probs: Sequence[np.ndarray] | None = None,
+    parent_maps: Sequence[np.ndarray] | None = None,
 ) -> list[MetricRow]:
-    """Cluster usage per level and, given the planted hierarchy, NMI per level (overall and per entity type).
+    """Cluster usage, sharpness and tree agreement per level and, given the planted hierarchy, NMI per level
+    (overall, for items, i.e. every type but users, and per entity type).
 
     Args:
         entity_ids: id of each node.
@@ -322,20 +332,36 @@ def clustering_rows(
         truth: ``entity_id -> {level column: label or None}`` (synthetic ground truth), or ``None``.
         truth_levels: planted level columns, coarsest first.
         method: method name of the rows.
+        probs: per model level float ``[N, K_l]`` cluster probabilities (adds ``mean_top_probability`` rows
+            overall and per entity type), or ``None``.
+        parent_maps: per level ``l >= 1`` the parent of each cluster at level ``l - 1`` (the published tree);
+            ``None``: the majority parents of ``assignments`` (:func:`majority_parents`).
     """
     rows: list[MetricRow] = []
     types = np.asarray(entity_types, dtype=object)
+    groups = {"all": np.ones(len(types), dtype=bool), "item": types != "user",
+              **{t: types == t for t in sorted(set(types))}}
     for lvl, (assign, size) in enumerate(zip(assignments, level_sizes, strict=True)):
         for metric, value in cluster_usage(np.asarray(assign), int(size)).items():
             rows.append((method, "all", f"{metric}_level_{lvl}", float(value)))
+        if probs is not None:
+            for group, mask in groups.items():
+                if mask.any():
+                    rows.append((method, group, f"mean_top_probability_level_{lvl}",
+                                 mean_top_probability(np.asarray(probs[lvl])[mask])))
+        if lvl >= 1:
+            fine, coarse = np.asarray(assign), np.asarray(assignments[lvl - 1])
+            parents = (majority_parents(fine, coarse, int(size)) if parent_maps is None
+                       else np.asarray(parent_maps[lvl - 1]))
+            rows.append((method, "all", f"parent_agreement_level_{lvl}", parent_agreement(fine, coarse, parents)))
     if not truth:
         return rows
     for lvl, column in align_levels(len(assignments), truth_levels).items():
         labels = np.array([(truth.get(e) or {}).get(column) for e in entity_ids], dtype=object)
         known = np.array([x is not None and not (isinstance(x, float) and math.isnan(x)) for x in labels])
         pred = np.asarray(assignments[lvl])
-        groups = {"all": known, **{t: known & (types == t) for t in sorted(set(types[known]))}}
         for group, mask in groups.items():
+            mask = mask & known
             if mask.sum() >= 2:
                 rows.append((method, group, f"nmi_level_{lvl}", nmi(labels[mask].astype(np.int64), pred[mask])))
     return rows

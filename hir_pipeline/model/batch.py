@@ -29,6 +29,8 @@ class PackedBatch:
         anchor_idx: long ``[V]`` global anchor node of each view.
         history_exclude: long ``[S]`` neighbour left out of each token's history pool (-1: none), or ``None``
             (full histories). Set by the trainer for the views of the engagement pairs it scores.
+        hide_features: optional bool ``[S]``: tokens whose own ID and content features are hidden from the
+            input embedding (anchor-feature masking of student views); ``None`` = none.
     """
 
     layout: PackedLayout
@@ -36,15 +38,17 @@ class PackedBatch:
     token_mask: Tensor
     anchor_idx: Tensor
     history_exclude: Tensor | None = None
+    hide_features: Tensor | None = None
 
     @property
     def num_views(self) -> int:
         return self.layout.num_views
 
     def to(self, device: torch.device | str) -> PackedBatch:
+        hide = None if self.hide_features is None else self.hide_features.to(device)
         return PackedBatch(self.layout.to(device), self.node_idx.to(device), self.token_mask.to(device),
                            self.anchor_idx.to(device),
-                           None if self.history_exclude is None else self.history_exclude.to(device))
+                           None if self.history_exclude is None else self.history_exclude.to(device), hide)
 
 
 def _as_array(value: Any, dtype: np.dtype) -> np.ndarray:

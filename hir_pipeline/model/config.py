@@ -17,10 +17,15 @@ from hir_pipeline.contracts import DEFAULT_MAX_DIST, DEGREE_BUCKETS, ENTITY_TYPE
 TeacherTarget = Literal["centering", "sinkhorn"]
 AttentionBackend = Literal["auto", "flex", "bucketed", "chunked", "dense"]
 PublishedEncoder = Literal["student", "teacher"]
-#: Values of ``ModelConfig.teacher_target``, ``ModelConfig.attention_backend``, ``TrainConfig.published_encoder``.
+EngagementSampling = Literal["weighted", "uniform"]
+TemperatureMode = Literal["fixed", "learned"]
+#: Values of ``ModelConfig.teacher_target``, ``ModelConfig.attention_backend``, ``TrainConfig.published_encoder``,
+#: ``ModelConfig.engagement_sampling`` and ``ModelConfig.engagement_temp_mode``.
 TEACHER_TARGETS: tuple[str, ...] = get_args(TeacherTarget)
 ATTENTION_BACKENDS: tuple[str, ...] = get_args(AttentionBackend)
 PUBLISHED_ENCODERS: tuple[str, ...] = get_args(PublishedEncoder)
+ENGAGEMENT_SAMPLING: tuple[str, ...] = get_args(EngagementSampling)
+TEMPERATURE_MODES: tuple[str, ...] = get_args(TemperatureMode)
 
 
 @dataclass(frozen=True)
@@ -65,11 +70,37 @@ class ModelConfig:
         teacher_target: ``"centering"`` (DINO center + sharpen) or ``"sinkhorn"`` (Sinkhorn-Knopp
             balanced targets, SwAV / DINOv2 style).
         sinkhorn_iters: Sinkhorn-Knopp iterations when ``teacher_target == "sinkhorn"``.
-        engagement_temp: temperature of the engagement InfoNCE loss.
+        engagement_temp: temperature of the engagement InfoNCE loss (the starting value when it is learned).
+        engagement_temp_mode: ``"fixed"`` keeps ``engagement_temp``; ``"learned"`` trains its logarithm with the
+            model (CLIP, Radford et al. 2021), never below ``engagement_temp_min``.
+        engagement_temp_min: lower bound of a learned engagement temperature.
         engagement_weight: weight of the engagement loss relative to the summed DINO losses.
+        engagement_sampling: how the engagement pairs of a step are drawn. ``"weighted"``: with probability
+            proportional to the pair's funnel weight (the engagement weight of the deepest stage reached), each
+            drawn pair counting once in the loss, so the loss is the funnel-weighted loss over all pairs and deep
+            pairs are seen more often; ``"uniform"``: every pair alike, the loss weighted by the funnel weight.
         engagement_logq: subtract ``log`` of each node's in-batch sampling probability from the engagement
             logits (sampling-bias correction, Yi et al. 2019): in-batch negatives are drawn in proportion to
             popularity, so without it the loss pushes popular items down; with it, it estimates the full softmax.
+            The probability is the one of ``engagement_sampling``: a node's share of the sampling weight.
+        mask_known_positives: an in-batch candidate the row's user (item) engaged with in training is not used as
+            a negative of that row (it is a positive of another pair, not a disliked item).
+        hide_target_edge: during training, the user's view of an engagement pair loses the pair's item and the
+            item's view loses the user (the direct edge to the target would otherwise give the answer away).
+        cross_entity_weight: weight of the cross-entity distillation loss (0 = off), relative to the DINO
+            losses: each anchor's student cluster distribution (narrow view) also fits the mean teacher
+            distribution of the nodes it interacted with (a user: its items; an item: its users), weighted by the
+            pair's funnel weight. The partners' teacher distributions are those of their latest step as anchors
+            (at most one epoch old).
+        cross_entity_impression_weight: weight of a pair that was seen but not engaged (funnel weight 0, e.g.
+            an impression) in the cross-entity targets, on the scale of the funnel weights; 0 leaves such pairs
+            out.
+        anchor_feature_mask: probability of hiding an anchor's own ID and content features in its student
+            distillation view (the anchor keeps its type and degree and must be recognised from its
+            neighbourhood, so nodes with similar neighbourhoods share clusters).
+        multi_crop_share: share of a step's anchors whose broad view the student also embeds (augmented like the
+            narrow views) and fits to the teacher's broad-view targets (DINO multi-crop: the student sees local
+            and global crops, the teacher only global ones); 0 = narrow views only.
         distillation_weight: weight of the summed DINO losses (0 = no self-distillation, an ablation).
         use_content: feed the pretrained content embeddings (``False`` = structure and IDs only, an ablation).
         structure_dim: width ``Ds`` of the graph-wide structure embedding rows fed in (``graph_nodes.
@@ -109,8 +140,17 @@ class ModelConfig:
     teacher_target: TeacherTarget = "centering"
     sinkhorn_iters: int = 3
     engagement_temp: float = 0.1
+    engagement_temp_mode: TemperatureMode = "learned"
+    engagement_temp_min: float = 0.01
     engagement_weight: float = 1.0
+    engagement_sampling: EngagementSampling = "weighted"
     engagement_logq: bool = True
+    mask_known_positives: bool = True
+    hide_target_edge: bool = True
+    cross_entity_weight: float = 0.5
+    cross_entity_impression_weight: float = 0.1
+    anchor_feature_mask: float = 0.1
+    multi_crop_share: float = 0.25
     distillation_weight: float = 1.0
     use_content: bool = True
     structure_dim: int = 0
@@ -134,6 +174,17 @@ class ModelConfig:
             raise ValueError(f"unknown attention_backend {self.attention_backend!r}; one of {ATTENTION_BACKENDS}")
         if self.id_buckets < 1 or self.history_max_neighbours < 0:
             raise ValueError("id_buckets must be >= 1 and history_max_neighbours >= 0")
+        if self.engagement_sampling not in ENGAGEMENT_SAMPLING:
+            raise ValueError(f"unknown engagement_sampling {self.engagement_sampling!r}; one of {ENGAGEMENT_SAMPLING}")
+        if self.engagement_temp_mode not in TEMPERATURE_MODES:
+            raise ValueError(f"unknown engagement_temp_mode {self.engagement_temp_mode!r}; one of {TEMPERATURE_MODES}")
+        if not 0 < self.engagement_temp_min <= self.engagement_temp:
+            raise ValueError("engagement_temp_min must be in (0, engagement_temp]")
+        for name in ("anchor_feature_mask", "multi_crop_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1]")
+        if self.cross_entity_weight < 0 or self.cross_entity_impression_weight < 0:
+            raise ValueError("cross_entity_weight and cross_entity_impression_weight must be >= 0")
 
     @property
     def num_levels(self) -> int:

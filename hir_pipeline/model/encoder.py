@@ -69,7 +69,8 @@ class NodeInputEmbedding(nn.Module):
         """The per-node lookup tables (ID and history): trained with their own learning rate, without weight decay."""
         return [t.weight for t in (self.id_emb, self.hist_emb) if t is not None]
 
-    def forward(self, node_idx: Tensor, feats: NodeFeatures, history_exclude: Tensor | None = None) -> Tensor:
+    def forward(self, node_idx: Tensor, feats: NodeFeatures, history_exclude: Tensor | None = None,
+                hide: Tensor | None = None) -> Tensor:
         """Embeddings ``[S, hidden_dim]`` of the global nodes ``node_idx``.
 
         Args:
@@ -77,13 +78,17 @@ class NodeInputEmbedding(nn.Module):
             feats: per-node features.
             history_exclude: long ``[S]`` neighbour left out of each token's history pool (-1: none; see
                 ``PackedBatch.history_exclude``).
+            hide: bool ``[S]``: tokens that lose their own ID and content terms (anchor-feature masking), or
+                ``None``.
         """
         x = self.type_emb(feats.node_type[node_idx]) + self.degree_emb(feats.degree_bucket[node_idx])
-        hist = feats.has_history[node_idx].unsqueeze(-1)
-        x = x + self.id_emb(feats.id_bucket[node_idx]) * hist.to(x.dtype)
+        hist = feats.has_history[node_idx]
+        has = feats.has_content[node_idx]
+        if hide is not None:
+            hist, has = hist & ~hide, has & ~hide
+        x = x + self.id_emb(feats.id_bucket[node_idx]) * hist.unsqueeze(-1).to(x.dtype)
         if self.content_proj is not None:
-            has = feats.has_content[node_idx].unsqueeze(-1)
-            x = x + self.content_proj(feats.content[node_idx]) * has.to(x.dtype)
+            x = x + self.content_proj(feats.content[node_idx]) * has.unsqueeze(-1).to(x.dtype)
         if self.hist_emb is not None and feats.history is not None:
             x = x + self._history_term(node_idx, feats, history_exclude).to(x.dtype)
         if self.structure_proj is not None:
@@ -193,7 +198,7 @@ class GraphTransformerEncoder(nn.Module):
         self.proj = nn.Linear(cfg.hidden_dim, cfg.out_dim)
 
     def forward(self, batch: PackedBatch, feats: NodeFeatures) -> EncoderOutput:
-        x = self.embed(batch.node_idx, feats, batch.history_exclude)
+        x = self.embed(batch.node_idx, feats, batch.history_exclude, batch.hide_features)
         needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
         backend = resolve_backend(self.cfg.attention_backend, x, needs_grad, self.cfg.compile_flex_cpu)
         # One attention plan for all layers: FlexAttention's block mask or the view-sized path's length buckets.

@@ -4,12 +4,13 @@ Each level ``l`` (0 = coarsest) holds ``K_l`` learnable prototypes on the unit s
 a cluster is the cosine similarity of its (projected) embedding and the prototype, as in DINO's
 weight-normalised last layer (Caron et al. 2021) and SwAV's prototypes (Caron et al. 2020).
 
-**Tree design.** A fine cluster belongs to exactly one coarse cluster: the parent of prototype ``j`` at level
-``l`` is the level ``l - 1`` prototype most similar to it (``parent_maps``). The map is derived, never
-learned separately, so it is always a function (one parent) and always consistent with the current
-prototypes. Training aligns the levels because every level is distilled from the same teacher view of the
-same node; ``hierarchy_consistency`` measures how often a node's argmax fine cluster's parent is its argmax
-coarse cluster.
+**Tree design.** A fine cluster belongs to exactly one coarse cluster. During training the levels are aligned
+because every level is distilled from the same teacher view of the same node. The published tree is read off
+the nodes: a fine cluster's parent is the coarse cluster most of its members fall into
+(``hir_pipeline.evaluation.metrics.majority_parents``, applied by ``training.inference.infer``), so a parent
+always contains most of its child; a fine cluster without members takes the level ``l - 1`` prototype most
+similar to its own (:meth:`PrototypeHierarchy.parent_maps`). ``hierarchy_consistency`` with those maps is the
+share of nodes whose argmax coarse cluster is their argmax fine cluster's parent (the agreement).
 
 **No collapse.** The teacher targets are either DINO centering + sharpening
 (``hir_pipeline.model.distillation``) or Sinkhorn-Knopp equipartition (:func:`sinkhorn_knopp`) per level.

@@ -1,4 +1,5 @@
-"""Collation of view dicts into packed batches, and the student-view augmentation (node / edge dropout)."""
+"""Collation of view dicts into packed batches, the student-view augmentation (node / edge dropout), and the
+removal of an engagement pair's target from its views."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from hir_pipeline.model.batch import PackedBatch, pack_views, view_arrays
 
-__all__ = ["PackedBatch", "augment_view", "pack_views", "single_node_view"]
+__all__ = ["PackedBatch", "augment_view", "drop_node", "pack_views", "single_node_view"]
 
 
 def augment_view(view: Mapping[str, Any], rng: np.random.Generator, node_dropout: float,
@@ -45,6 +46,35 @@ def augment_view(view: Mapping[str, Any], rng: np.random.Generator, node_dropout
         "node_types": types[idx],
         "dist": np.ascontiguousarray(dist2).reshape(-1),
         "edge_types": np.ascontiguousarray(edge2).reshape(-1),
+    }
+
+
+def drop_node(view: Mapping[str, Any], node: int) -> Mapping[str, Any]:
+    """``view`` without ``node`` (its row and column), or ``view`` itself when ``node`` is not in it or is its anchor.
+
+    Used on an engagement pair's views during training: the user's view loses the target item and the item's view
+    the user, so the direct edge between them (the answer) is not an input. Distances between the remaining nodes
+    are kept as sampled.
+
+    Args:
+        view: a view dict (``hir_pipeline.model.batch``).
+        node: global node index to remove.
+    """
+    nodes = np.asarray(view["nodes"], dtype=np.int64)
+    hit = np.flatnonzero(nodes[1:] == int(node)) + 1
+    if len(hit) == 0:
+        return view
+    nodes, types, dist, edges = view_arrays(view)
+    n = len(nodes)
+    keep = np.ones(n, dtype=bool)
+    keep[hit] = False
+    idx = np.flatnonzero(keep)
+    return {
+        "anchor_idx": int(view["anchor_idx"]),
+        "nodes": nodes[idx],
+        "node_types": types[idx],
+        "dist": np.ascontiguousarray(dist.reshape(n, n)[np.ix_(idx, idx)]).reshape(-1),
+        "edge_types": np.ascontiguousarray(edges.reshape(n, n)[np.ix_(idx, idx)]).reshape(-1),
     }
 
 

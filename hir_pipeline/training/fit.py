@@ -175,7 +175,7 @@ def fit_and_embed(
     features = inputs.features(model_cfg)
     narrow = inputs.narrow_views or None
     trainer = Trainer(model_cfg, train_cfg, features, inputs.broad_views, narrow, inputs.engagement,
-                      on_epoch_end=on_epoch_end)
+                      on_epoch_end=on_epoch_end, seen=inputs.seen_pairs)
     log.info("fit %s: %s, %d epoch(s) already in %s", fingerprint[:12], inputs.summary(), done, checkpoint_dir)
     stages = Stages()
     with stages("train"):

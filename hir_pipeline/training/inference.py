@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hir_pipeline.evaluation.metrics import majority_parents
 from hir_pipeline.model.batch import pack_views
 from hir_pipeline.model.features import NodeFeatures
 from hir_pipeline.model.hir_model import HIRModel
@@ -24,7 +25,9 @@ class InferenceResult:
     """Args:
     embeddings: float32 ``[N, out_dim]`` L2-normalised, row ``i`` = node ``i`` (one space for every type).
     probs: per level (coarsest first) float32 ``[N, K_l]`` cluster probabilities.
-    parent_maps: per level ``l >= 1``, int64 ``[K_l]`` parent cluster at level ``l - 1``.
+    parent_maps: per level ``l >= 1``, int64 ``[K_l]`` parent cluster at level ``l - 1``: the one most of the
+        cluster's members fall into (``evaluation.metrics.majority_parents``); for a cluster without members, the
+        most similar level ``l - 1`` prototype (``PrototypeHierarchy.parent_maps``).
     has_view: bool ``[N]``; False where the node had no view and was embedded from its own features only.
     """
 
@@ -100,5 +103,8 @@ def infer(
             start = stop
     finally:
         model.train(was_training)
-    parent_maps = [m.cpu().numpy() for m in model.hierarchy.parent_maps()]
+    nearest = [m.cpu().numpy() for m in model.hierarchy.parent_maps()]
+    hard = [p.argmax(axis=1) for p in probs]
+    parent_maps = [majority_parents(hard[lvl], hard[lvl - 1], cfg.level_sizes[lvl], nearest[lvl - 1])
+                   for lvl in range(1, len(probs))]
     return InferenceResult(embeddings=emb, probs=probs, parent_maps=parent_maps, has_view=has_view)

@@ -24,6 +24,9 @@ if TYPE_CHECKING:  # numpy-only module: Spark jobs and the code location import 
 
 #: Engagement pairs: ``(user_idx int64[P], item_idx int64[P], weight float32[P])``.
 Engagement = tuple[np.ndarray, np.ndarray, np.ndarray]
+#: Pairs seen but not engaged (an activity edge whose deepest stage has engagement weight 0, e.g. impressions):
+#: ``(user_idx int64[Q], item_idx int64[Q])``.
+SeenPairs = tuple[np.ndarray, np.ndarray]
 
 
 def views_from_flat(
@@ -78,6 +81,8 @@ class ModelInputs:
         provenance: free-form description of where the inputs came from (table versions, ...).
         structure: float32 ``[N, Ds]`` graph-wide structure embeddings (``graph_nodes.structure_embedding``), zero
             rows where absent; ``None`` = none (``Ds = 0``).
+        seen_pairs: ``(user_idx, item_idx)`` pairs seen but not engaged, sorted by (user, item), or ``None``
+            (they feed cross-entity distillation at a low weight, never the engagement loss).
     """
 
     entity_ids: np.ndarray
@@ -93,6 +98,7 @@ class ModelInputs:
     max_edge_type: int = 0
     provenance: dict[str, Any] = field(default_factory=dict)
     structure: np.ndarray | None = None
+    seen_pairs: SeenPairs | None = None
 
     def __post_init__(self) -> None:
         n = len(self.entity_ids)
@@ -112,6 +118,12 @@ class ModelInputs:
             raise ValueError("engagement arrays differ in length")
         if len(users) and not (min(users.min(), items.min()) >= 0 and max(users.max(), items.max()) < n):
             raise ValueError("engagement pair outside the node range")
+        if self.seen_pairs is not None:
+            s_users, s_items = self.seen_pairs
+            if len(s_users) != len(s_items):
+                raise ValueError("seen_pairs arrays differ in length")
+            if len(s_users) and not (min(s_users.min(), s_items.min()) >= 0 and max(s_users.max(), s_items.max()) < n):
+                raise ValueError("seen pair outside the node range")
 
     @property
     def num_nodes(self) -> int:
@@ -151,6 +163,7 @@ class ModelInputs:
             "num_broad_views": len(self.broad_views),
             "num_narrow_views": len(self.narrow_views),
             "num_engagement_pairs": len(self.engagement[0]),
+            "num_seen_pairs": 0 if self.seen_pairs is None else len(self.seen_pairs[0]),
             "nodes_with_content": int(np.count_nonzero(self.has_content)),
             "nodes_with_history": int(np.count_nonzero(self.has_history)),
             "content_dim": self.content_dim,
@@ -162,7 +175,8 @@ class ModelInputs:
     def nbytes(self) -> int:
         """Bytes held by the numpy arrays (views counted once; Python object overhead not included)."""
         total = sum(np.asarray(a).nbytes for a in (self.node_type, self.degree_bucket, self.has_history,
-                                                   self.content, self.has_content, *self.engagement))
+                                                   self.content, self.has_content, *self.engagement,
+                                                   *(self.seen_pairs or ())))
         total += 0 if self.structure is None else self.structure.nbytes
         for views in (self.broad_views, self.narrow_views):
             for v in views:
@@ -199,6 +213,10 @@ class ModelInputs:
         if self.structure_dim:  # absent: the fingerprint of inputs without the structure embedding is unchanged
             h.update(b"structure")
             add(np.asarray(self.structure, dtype=np.float32))
+        if self.seen_pairs is not None:  # absent -> the fingerprint of inputs collected before seen pairs existed
+            h.update(b"seen_pairs")
+            for arr in self.seen_pairs:
+                add(arr)
         return h.hexdigest()
 
 

@@ -1,9 +1,13 @@
 """Self-distillation training loop (DINO, Caron et al. 2021) with an engagement objective.
 
 Per step: a batch of anchors; the EMA teacher embeds their *broad* views, the student their *narrow* views
-with node/edge dropout; the hierarchical DINO loss matches the student's per-level cluster distributions to
-the teacher's centred + sharpened (or Sinkhorn-balanced) ones. A batch of engaged (user, item) pairs is
-embedded by the student in the same packed forward and scored by a funnel-weighted InfoNCE; in the views of a
+(and, for ``multi_crop_share`` of them, their broad views too) with node/edge dropout and, at random, the
+anchor's own ID/content hidden; the hierarchical DINO loss matches the student's per-level cluster distributions
+to the teacher's centred + sharpened (or Sinkhorn-balanced) ones. Cross-entity distillation also matches each
+anchor's student distribution to the mean teacher distribution of the nodes it interacted with (kept in a
+per-node bank of the teacher's latest targets). A batch of engaged (user, item) pairs, drawn in proportion to
+their funnel weight (``hir_pipeline.training.sampling``), is embedded by the student in the same packed forward,
+each view without the pair's other node, and scored by an InfoNCE with known positives masked; in the views of a
 pair, its user leaves the item out of its pooled history and the item the user (``PackedBatch.history_exclude``).
 
 Reproducibility and crash safety: all randomness of epoch ``e`` is drawn from generators seeded by
@@ -30,12 +34,20 @@ from torch import nn
 
 from hir_pipeline.model.batch import pack_views
 from hir_pipeline.model.config import PUBLISHED_ENCODERS, ModelConfig, TrainConfig
-from hir_pipeline.model.distillation import HierarchicalDINOLoss, ema_update, engagement_infonce
+from hir_pipeline.model.distillation import (
+    EngagementTemperature,
+    HierarchicalDINOLoss,
+    cross_entity_targets,
+    ema_update,
+    engagement_infonce,
+    soft_cross_entropy,
+)
 from hir_pipeline.model.features import NodeFeatures
 from hir_pipeline.model.hierarchy import cluster_perplexity, hierarchy_consistency
 from hir_pipeline.model.hir_model import HIRModel
 from hir_pipeline.model.history import pair_exclusions
-from hir_pipeline.training.collate import augment_view
+from hir_pipeline.training.collate import augment_view, drop_node
+from hir_pipeline.training.sampling import EngagementSampler, partner_lists
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +85,11 @@ class Trainer:
         broad_views: teacher views, one per anchor.
         narrow_views: student views per anchor (default: the broad views); augmented by node/edge dropout.
         engagement: ``(user_idx, item_idx, weight)`` arrays of engaged pairs (deeper funnel = larger weight);
-            pairs whose user or item has no student view are ignored.
+            pairs whose user or item has no student view are never drawn for the engagement loss (they still
+            count as known positives and as cross-entity partners).
         on_epoch_end: ``callback(epoch, metrics)`` after every epoch (after its checkpoint is written).
+        seen: ``(user_idx, item_idx)`` pairs seen but not engaged (cross-entity partners at
+            ``cross_entity_impression_weight``), or ``None``.
     """
 
     def __init__(
@@ -86,6 +101,7 @@ class Trainer:
         narrow_views: Sequence[Mapping[str, Any]] | None = None,
         engagement: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
         on_epoch_end: EpochCallback | None = None,
+        seen: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         self.model_cfg = model_cfg
         self.cfg = train_cfg
@@ -99,8 +115,8 @@ class Trainer:
         if len(self.anchors) == 0:
             raise ValueError("no anchor has both a broad and a narrow view")
         self.on_epoch_end = on_epoch_end
-        self.pairs = self._usable_pairs(engagement)
-        self.user_log_q, self.item_log_q = self._sampling_log_q()
+        self.sampler = self._sampler(engagement)
+        self.partners = self._partners(engagement, seen)
         self.use_bf16 = bool(train_cfg.bf16 and self.device.type == "cuda" and torch.cuda.is_bf16_supported())
 
         torch.manual_seed(train_cfg.seed)
@@ -112,6 +128,18 @@ class Trainer:
             model_cfg.level_sizes, model_cfg.student_temp, model_cfg.teacher_temp, model_cfg.center_momentum,
             model_cfg.teacher_target, model_cfg.sinkhorn_iters,
         ).to(self.device)
+        self.engagement_temp = EngagementTemperature(
+            model_cfg.engagement_temp, model_cfg.engagement_temp_mode == "learned", model_cfg.engagement_temp_min,
+        ).to(self.device)
+        if self.engagement_temp.log_temp.requires_grad:  # its own group: a scalar takes no weight decay
+            self.optimizer.add_param_group({"params": [self.engagement_temp.log_temp], "weight_decay": 0.0})
+        # Cross-entity bank: every node's latest teacher targets (float16: N x sum(level_sizes) x 2 bytes).
+        self.bank: list[torch.Tensor] = []
+        self.bank_filled = torch.zeros(0, dtype=torch.bool, device=self.device)
+        if self.partners is not None:
+            n = self.features.num_nodes
+            self.bank = [torch.zeros(n, k, dtype=torch.float16, device=self.device) for k in model_cfg.level_sizes]
+            self.bank_filled = torch.zeros(n, dtype=torch.bool, device=self.device)
         self.steps_per_epoch = math.ceil(len(self.anchors) / train_cfg.batch_size)
         self.total_steps = self.steps_per_epoch * train_cfg.epochs
         self.epoch = 0  # next epoch to run
@@ -131,27 +159,41 @@ class Trainer:
             {"params": tables, "weight_decay": 0.0, "peak_lr": tc.lr if tc.id_lr is None else tc.id_lr},
         ]
 
-    def _usable_pairs(self, engagement) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    def _sampler(self, engagement) -> EngagementSampler | None:
         if engagement is None or self.cfg.engagement_batch_size <= 0:
             return None
-        users, items, weight = (np.asarray(a) for a in engagement)
-        ok = np.array([int(u) in self.narrow and int(i) in self.narrow for u, i in zip(users, items, strict=True)],
-                      dtype=bool)
-        if not ok.any():
-            return None
-        return users[ok].astype(np.int64), items[ok].astype(np.int64), weight[ok].astype(np.float32)
+        users, items, _ = (np.asarray(a) for a in engagement)
+        usable = np.array([int(u) in self.narrow and int(i) in self.narrow for u, i in zip(users, items, strict=True)],
+                          dtype=bool)
+        mc = self.model_cfg
+        return EngagementSampler.build(engagement, usable, self.features.num_nodes, mc.engagement_sampling,
+                                       mc.engagement_logq, mc.mask_known_positives)
 
-    def _sampling_log_q(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Per node, ``log`` of its share of the engagement pairs: the probability that a uniformly drawn pair
-        holds it as user (item), i.e. how often it is an in-batch candidate (for the logQ correction)."""
-        if self.pairs is None or not self.model_cfg.engagement_logq:
-            return None, None
-        n = self.features.num_nodes
-        out = []
-        for ids in self.pairs[:2]:
-            share = np.bincount(ids, minlength=n).astype(np.float64) / len(ids)
-            out.append(torch.as_tensor(np.log(np.maximum(share, 1e-12)), dtype=torch.float32, device=self.device))
-        return out[0], out[1]
+    def _partners(self, engagement, seen) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """CSR partner lists of cross-entity distillation on the device, or ``None`` when it is off."""
+        mc = self.model_cfg
+        if engagement is None or mc.cross_entity_weight <= 0 or mc.distillation_weight <= 0:
+            return None
+        indptr, partners, weights = partner_lists(engagement, self.features.num_nodes, seen,
+                                                  mc.cross_entity_impression_weight)
+        if len(partners) == 0:
+            return None
+        return (torch.as_tensor(indptr, device=self.device), torch.as_tensor(partners, device=self.device),
+                torch.as_tensor(weights, device=self.device))
+
+    @property
+    def pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(user_idx, item_idx, weight)`` of the pairs the engagement loss draws from (``None``: no such loss)."""
+        s = self.sampler
+        return None if s is None else (s.users, s.items, s.weight)
+
+    def pair_views(self, users: np.ndarray, items: np.ndarray) -> list[Mapping[str, Any]]:
+        """Student views of the drawn pairs, users then items; without the pair's other node when
+        ``hide_target_edge`` (no direct edge to the answer)."""
+        if not self.model_cfg.hide_target_edge:
+            return [self.narrow[int(u)] for u in users] + [self.narrow[int(i)] for i in items]
+        return ([drop_node(self.narrow[int(u)], int(i)) for u, i in zip(users, items, strict=True)]
+                + [drop_node(self.narrow[int(i)], int(u)) for u, i in zip(users, items, strict=True)])
 
     # -- schedules -----------------------------------------------------------------------------------------
     def lr_at(self, step: int, peak: float | None = None) -> float:
@@ -179,6 +221,9 @@ class Trainer:
             "teacher": self.teacher.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "loss_fn": self.loss_fn.state_dict(),
+            "engagement_temp": self.engagement_temp.state_dict(),
+            "bank": [b.clone() for b in self.bank],
+            "bank_filled": self.bank_filled.clone(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             "history": self.history,
@@ -191,6 +236,9 @@ class Trainer:
         self.teacher.load_state_dict(state["teacher"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.loss_fn.load_state_dict(state["loss_fn"])
+        self.engagement_temp.load_state_dict(state["engagement_temp"])
+        self.bank = [b.to(self.device) for b in state["bank"]]
+        self.bank_filled = state["bank_filled"].to(self.device)
         torch.set_rng_state(state["torch_rng"])
         if state.get("cuda_rng") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
@@ -232,21 +280,34 @@ class Trainer:
             step: global step (drives the learning-rate and EMA schedules).
             anchors: anchor node ids of the batch.
             rng: generator of the student-view augmentation.
-            pair_idx: rows of the engagement pairs to use, or ``None``.
+            pair_idx: rows of the engagement sampler to use, or ``None``.
 
         Returns:
-            ``loss``, ``dino``, ``engagement``, ``per_level`` floats and the per-level ``teacher_probs``.
+            ``loss``, ``dino``, ``cross_entity``, ``engagement``, ``engagement_temp``, ``per_level`` floats and the
+            per-level ``teacher_probs``.
         """
         mc, tc = self.model_cfg, self.cfg
+        n_anchor = len(anchors)
         student_views = [augment_view(self.narrow[int(a)], rng, mc.node_dropout, mc.edge_dropout) for a in anchors]
+        # Multi-crop: the first share of the (already shuffled) anchors also go through the student as broad crops.
+        n_crops = int(round(mc.multi_crop_share * n_anchor)) if mc.distillation_weight > 0 else 0
+        student_views += [augment_view(self.broad[int(a)], rng, mc.node_dropout, mc.edge_dropout)
+                          for a in anchors[:n_crops]]
+        teacher_index = torch.as_tensor(np.r_[np.arange(n_anchor), np.arange(n_crops)], device=self.device)
+        n_distill = len(student_views)
+        hide = rng.random(n_distill) < mc.anchor_feature_mask if mc.anchor_feature_mask > 0 else None
         teacher_views = [self.broad[int(a)] for a in anchors]
-        n_anchor = len(student_views)
         if pair_idx is not None:
-            users, items, weight = (x[pair_idx] for x in self.pairs)
-            student_views += [self.narrow[int(u)] for u in users] + [self.narrow[int(i)] for i in items]
+            sampler = self.sampler
+            users, items = sampler.users[pair_idx], sampler.items[pair_idx]
+            student_views += self.pair_views(users, items)
         s_batch = pack_views(student_views, pad_to=tc.pad_to, max_dist=mc.max_dist)
         if pair_idx is not None and self.features.history is not None:
-            s_batch.history_exclude = self._pair_exclusions(s_batch, n_anchor, users, items)
+            s_batch.history_exclude = self._pair_exclusions(s_batch, n_distill, users, items)
+        if hide is not None and hide.any():
+            hidden = torch.zeros(s_batch.layout.seq_len, dtype=torch.bool)
+            hidden[s_batch.layout.anchor_positions()[:n_distill][torch.as_tensor(hide)]] = True
+            s_batch.hide_features = hidden
         s_batch = s_batch.to(self.device)
         t_batch = pack_views(teacher_views, pad_to=tc.pad_to, max_dist=mc.max_dist).to(self.device)
         for group in self.optimizer.param_groups:
@@ -256,19 +317,25 @@ class Trainer:
             with torch.no_grad():
                 t_out = self.teacher(t_batch, self.features)
             s_out = self.student(s_batch, self.features)
-        s_logits = [lg[:n_anchor] for lg in s_out.logits]
-        dino, per_level = self.loss_fn(s_logits, t_out.logits)
-        loss = mc.distillation_weight * dino
+        s_logits = [lg[:n_distill] for lg in s_out.logits]
+        dino, per_level = self.loss_fn(s_logits, t_out.logits, teacher_index)
+        with torch.no_grad():
+            t_probs = self.loss_fn.teacher_probs(t_out.logits)
+        cross = self._cross_entity_loss(anchors, [lg[:n_anchor] for lg in s_logits])
+        loss = mc.distillation_weight * (dino + mc.cross_entity_weight * cross)
         eng = torch.zeros((), device=self.device)
+        temperature = self.engagement_temp()
         if pair_idx is not None:
             p = len(pair_idx)
             emb = s_out.embedding
             u_ids, i_ids = torch.as_tensor(users, device=self.device), torch.as_tensor(items, device=self.device)
+            known = sampler.positive_mask(pair_idx)
             eng = engagement_infonce(
-                emb[n_anchor:n_anchor + p], emb[n_anchor + p:], torch.as_tensor(weight, device=self.device),
-                mc.engagement_temp, u_ids, i_ids,
-                None if self.user_log_q is None else self.user_log_q[u_ids],
-                None if self.item_log_q is None else self.item_log_q[i_ids],
+                emb[n_distill:n_distill + p], emb[n_distill + p:],
+                torch.as_tensor(sampler.loss_weight[pair_idx], device=self.device), temperature, u_ids, i_ids,
+                None if sampler.user_log_q is None else torch.as_tensor(sampler.user_log_q[users], device=self.device),
+                None if sampler.item_log_q is None else torch.as_tensor(sampler.item_log_q[items], device=self.device),
+                None if known is None else torch.as_tensor(known, device=self.device),
             )
             loss = loss + mc.engagement_weight * eng
         self.optimizer.zero_grad(set_to_none=True)
@@ -277,18 +344,42 @@ class Trainer:
             nn.utils.clip_grad_norm_(self.student.parameters(), tc.grad_clip)
         self.optimizer.step()
         ema_update(self.teacher, self.student, self.momentum_at(step))
-        with torch.no_grad():
-            t_probs = self.loss_fn.teacher_probs(t_out.logits)
-        return {"loss": loss.item(), "dino": dino.item(), "engagement": eng.item(),
-                "per_level": [x.item() for x in per_level], "teacher_probs": t_probs}
+        self._remember_targets(anchors, t_probs)
+        return {"loss": loss.item(), "dino": dino.item(), "cross_entity": cross.item(), "engagement": eng.item(),
+                "engagement_temp": float(temperature.detach()), "per_level": [x.item() for x in per_level],
+                "teacher_probs": t_probs}
+
+    def _cross_entity_loss(self, anchors: np.ndarray, student_logits: list[torch.Tensor]) -> torch.Tensor:
+        """Summed over levels: mean over the anchors with a target of the cross-entropy between their partners'
+        mean teacher distribution (:func:`cross_entity_targets`) and their student distribution."""
+        if self.partners is None:
+            return torch.zeros((), device=self.device)
+        a = torch.as_tensor(anchors, device=self.device)
+        targets, has = cross_entity_targets(a, *self.partners, self.bank, self.bank_filled)
+        if not bool(has.any()):
+            return torch.zeros((), device=self.device)
+        st = self.model_cfg.student_temp
+        return torch.stack([soft_cross_entropy(s[has], t[has], st).mean()
+                            for s, t in zip(student_logits, targets, strict=True)]).sum()
+
+    @torch.no_grad()
+    def _remember_targets(self, anchors: np.ndarray, t_probs: list[torch.Tensor]) -> None:
+        """Store the anchors' teacher targets in the cross-entity bank."""
+        if self.partners is None:
+            return
+        a = torch.as_tensor(anchors, device=self.device)
+        for bank, probs in zip(self.bank, t_probs, strict=True):
+            bank[a] = probs.to(bank.dtype)
+        self.bank_filled[a] = True
 
     @staticmethod
-    def _pair_exclusions(batch, n_anchor: int, users: np.ndarray, items: np.ndarray) -> torch.Tensor:
-        """``history_exclude`` of a student batch laid out as ``n_anchor`` anchor views, then the views of the
-        pairs' users, then those of their items: no pool of a pair's end holds the pair's other end."""
+    def _pair_exclusions(batch, n_distill: int, users: np.ndarray, items: np.ndarray) -> torch.Tensor:
+        """``history_exclude`` of a student batch laid out as ``n_distill`` distillation views (anchors and their
+        crops), then the views of the pairs' users, then those of their items: no pool of a pair's end holds the
+        pair's other end."""
         pairs_u = torch.as_tensor(np.concatenate([users, users]), dtype=torch.long)
         pairs_i = torch.as_tensor(np.concatenate([items, items]), dtype=torch.long)
-        none = torch.full((n_anchor,), -1, dtype=torch.long)
+        none = torch.full((n_distill,), -1, dtype=torch.long)
         return pair_exclusions(batch.node_idx, batch.layout.view_id, torch.cat([none, pairs_u]),
                                torch.cat([none, pairs_i]))
 
@@ -300,16 +391,14 @@ class Trainer:
         self.teacher.train(False)
         perm = rng.permutation(self.anchors)
         n_levels = self.model_cfg.num_levels
-        sums = {"loss": 0.0, "dino": 0.0, "engagement": 0.0}
+        sums = {"loss": 0.0, "dino": 0.0, "cross_entity": 0.0, "engagement": 0.0, "engagement_temp": 0.0}
         level_sums = [0.0] * n_levels
         prob_sums = [torch.zeros(k, device=self.device) for k in self.model_cfg.level_sizes]
         n_rows = 0
         t0 = time.perf_counter()
         for i in range(self.steps_per_epoch):
             anchors = perm[i * tc.batch_size:(i + 1) * tc.batch_size]
-            pair_idx = None
-            if self.pairs is not None:
-                pair_idx = rng.integers(0, len(self.pairs[0]), size=min(tc.engagement_batch_size, len(self.pairs[0])))
+            pair_idx = None if self.sampler is None else self.sampler.draw(rng, tc.engagement_batch_size)
             step = epoch * self.steps_per_epoch + i
             out = self.train_step(step, anchors, rng, pair_idx)
             for key in sums:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
-from hir_pipeline.contracts import ENTITY_TYPES, EVENT_DATE_COLUMN, source_ddl
+from hir_pipeline.contracts import DEFAULT_FUNNEL, ENTITY_TYPES, EVENT_DATE_COLUMN, source_ddl
 from hir_pipeline.model.batch import pack_views
 
 # build_views runs a pandas UDF: Python workers must run this interpreter (numpy); read at SparkContext start.
@@ -20,7 +20,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
 from spark_jobs.graph import GraphConfig, GraphSnapshot, build_edges, build_nodes, build_views  # noqa: E402
 from spark_jobs.graph.fastrp import STRUCTURE_COLUMN  # noqa: E402
-from spark_jobs.model_inputs import load_model_inputs  # noqa: E402
+from spark_jobs.model_inputs import default_engagement_weights, load_model_inputs  # noqa: E402
 
 RUN = dt.date(2024, 4, 30)
 CFG = GraphConfig(broad_fanout=(4, 2), narrow_fanout=(3,), max_view_nodes=8, max_dist=3, seed=3)
@@ -111,9 +111,16 @@ def test_engagement_pairs_are_funnel_weighted(graph):
     users, items, weights = inputs.engagement
     got = {(inputs.entity_ids[u], inputs.entity_ids[i]): float(w) for u, i, w in zip(users, items, weights,
                                                                                       strict=True)}
-    # default weights: depth above impression (click 1, add_to_cart 2, conversion 3); impressions dropped
-    assert got == {("u0", "p0"): 3.0, ("u1", "p1"): 2.0, ("u2", "p2"): 1.0, ("u3", "ad0"): 1.0}
+    # default weights, aligned with deep-funnel targets: impression 0 (seen, not engaged), click 1, then geometric
+    # up to conversion 10
+    assert default_engagement_weights(DEFAULT_FUNNEL) == pytest.approx((0.0, 1.0, 10 ** 0.5, 10.0))
+    assert got == pytest.approx({("u0", "p0"): 10.0, ("u1", "p1"): 10 ** 0.5, ("u2", "p2"): 1.0, ("u3", "ad0"): 1.0})
     assert list(zip(users, items, strict=True)) == sorted(zip(users, items, strict=True))
+    # the impression-only pairs are kept apart, for cross-entity distillation only
+    seen_users, seen_items = inputs.seen_pairs
+    assert sorted((inputs.entity_ids[u], inputs.entity_ids[i]) for u, i in zip(seen_users, seen_items, strict=True)
+                  ) == [("u1", "p2"), ("u3", "p3")]
+    assert inputs.summary()["num_seen_pairs"] == 2
     custom = _load(graph, engagement_weights=(0.5, 1.0, 3.0, 10.0)).engagement
     assert dict(zip(zip(custom[0], custom[1], strict=True), custom[2].tolist(), strict=True))[
         (idx["u3"], idx["p3"])] == 0.5
@@ -146,7 +153,8 @@ def test_each_collected_part_is_reported_to_progress(graph):
     assert [line.split(" in ")[0] for line in lines] == [
         "collected 12 nodes", "collected structure embeddings of 10 nodes (dim 64)",
         "collected 12 broad and 12 narrow views",
-        f"collected content vectors of {len(graph['vectors'])} nodes (dim {DIM})", "collected 4 engagement pairs"]
+        f"collected content vectors of {len(graph['vectors'])} nodes (dim {DIM})",
+        "collected 4 engagement pairs and 2 seen-only pairs"]
     assert all(re.search(r" in \d+\.\ds$", line) for line in lines), lines
     assert inputs.num_nodes == 12
 

@@ -9,7 +9,16 @@ import pytest
 import scipy.sparse as sp
 
 from hir_pipeline.evaluation.data import COLD, WARM, EvalData
-from hir_pipeline.evaluation.metrics import cluster_usage, hits_matrix, ndcg_at_k, nmi, recall_at_k
+from hir_pipeline.evaluation.metrics import (
+    cluster_usage,
+    hits_matrix,
+    majority_parents,
+    mean_top_probability,
+    ndcg_at_k,
+    nmi,
+    parent_agreement,
+    recall_at_k,
+)
 from hir_pipeline.evaluation.scoring import EmbeddingScorer, evaluate_scorer, top_k
 
 
@@ -74,3 +83,22 @@ def test_cluster_usage():
     got = cluster_usage(np.array([0, 0, 1, 3]), 8)
     assert got["clusters_used"] == 3 and got["used_share"] == 3 / 8 and got["largest_share"] == 0.5
     assert got["usage_perplexity"] == pytest.approx(math.exp(-(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25))))
+
+
+def test_mean_top_probability():
+    assert mean_top_probability(np.array([[0.5, 0.5], [0.9, 0.1], [0.2, 0.8]])) == pytest.approx((0.5 + 0.9 + 0.8) / 3)
+    assert mean_top_probability(np.full((4, 8), 1 / 8)) == pytest.approx(1 / 8)
+
+
+def test_majority_parents_and_agreement():
+    fine = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2])
+    coarse = np.array([1, 1, 0, 0, 0, 1, 0, 0, 1])
+    # fine 0: two of three in coarse 1; fine 1: both in 0; fine 2: a tie 2-2 -> the lowest id; fine 3 is empty
+    parents = majority_parents(fine, coarse, 4, fallback=np.array([1, 1, 1, 1]))
+    assert parents.tolist() == [1, 0, 0, 1]
+    assert majority_parents(fine, coarse, 4).tolist() == [1, 0, 0, 0]
+    # agreement: nodes whose coarse cluster is their fine cluster's parent: 2 + 2 + 2 of 9
+    assert parent_agreement(fine, coarse, parents) == pytest.approx(6 / 9)
+    # a perfectly nested labelling agrees everywhere
+    nested_coarse = np.array([0, 0, 0, 1, 1, 0, 0, 0, 0])
+    assert parent_agreement(fine, nested_coarse, majority_parents(fine, nested_coarse, 4)) == 1.0

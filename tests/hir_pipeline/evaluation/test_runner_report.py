@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from hir_pipeline.evaluation.baselines import ALSConfig, LightGCNConfig
+from hir_pipeline.evaluation.metrics import nmi
 from hir_pipeline.evaluation.report import comparison_plot, comparison_table
 from hir_pipeline.evaluation.runner import (
     BASELINES,
@@ -163,3 +164,23 @@ def test_table_names_the_best_baseline_like_the_runner():
     per_user = {m: {"warm": _scores([0], [v])} for m, _, _, v in rows[1:3]}
     assert best_baseline(per_user, "warm") == "popularity"  # a tie goes to the first in BASELINES order
     assert "warm recall@20 vs best baseline (popularity) = 1.20x" in comparison_table(rows, 20)
+
+
+def test_clustering_rows_items_sharpness_and_tree_agreement():
+    ids = ["u1", "u2", "p1", "p2", "adv"]
+    types = ["user", "user", "product", "product", "advertiser"]
+    truth = {"u1": {"level0": 0}, "u2": {"level0": 1}, "p1": {"level0": 1}, "p2": {"level0": 1}, "adv": {"level0": 0}}
+    coarse = np.array([0, 1, 1, 1, 1])  # right for users, one item (adv) wrong
+    fine = np.array([0, 1, 1, 2, 2])
+    probs = [np.array([[0.9, 0.1], [0.2, 0.8], [0.4, 0.6], [0.3, 0.7], [0.5, 0.5]]), np.full((5, 3), 1 / 3)]
+    nmi_rows = {(s, m): v for _, s, m, v in clustering_rows(ids, types, [coarse], [2], truth, ("level0",))}
+    assert nmi_rows[("user", "nmi_level_0")] == pytest.approx(1.0) and nmi_rows[("item", "nmi_level_0")] < 1.0
+    assert nmi_rows[("item", "nmi_level_0")] == pytest.approx(nmi([1, 1, 0], [1, 1, 1]))
+    rows = {(s, m): v for _, s, m, v in clustering_rows(ids, types, [coarse, fine], [2, 3], probs=probs)}
+    assert rows[("all", "mean_top_probability_level_0")] == pytest.approx((0.9 + 0.8 + 0.6 + 0.7 + 0.5) / 5)
+    assert rows[("user", "mean_top_probability_level_0")] == pytest.approx(0.85)
+    assert rows[("item", "mean_top_probability_level_1")] == pytest.approx(1 / 3)
+    assert rows[("all", "parent_agreement_level_1")] == 1.0  # majority parents: every fine cluster inside one
+    published = [np.array([1, 1, 0])]  # a tree that puts fine 0 and 2 under the wrong parent: nodes 1, 2 agree
+    rows = {(s, m): v for _, s, m, v in clustering_rows(ids, types, [coarse, fine], [2, 3], parent_maps=published)}
+    assert rows[("all", "parent_agreement_level_1")] == pytest.approx(2 / 5)

@@ -235,3 +235,29 @@ def test_node_features_default_to_no_structure():
                                      feats.degree_bucket, feats.has_history, CFG.id_buckets, structure=rows)
     assert built.structure.dtype == torch.float32 and built.structure.shape == (feats.num_nodes, 3)
     assert built.to("cpu").structure.shape == (feats.num_nodes, 3)
+
+
+def test_hidden_anchor_features_drop_its_id_and_content_only():
+    """Anchor-feature masking: a hidden token keeps its type and degree but loses its ID and content terms, so the
+    anchor's output no longer depends on them; the other views are unchanged, and ``to`` keeps the mask."""
+    feats, views = _graph()
+    model = HIRModel(CFG).train(False)
+    batch = pack_views(views, pad_to=16, max_dist=CFG.max_dist)
+    hidden = torch.zeros(batch.layout.seq_len, dtype=torch.bool)
+    anchor_pos = batch.layout.anchor_positions()
+    hidden[anchor_pos[2]] = True  # anchor 2 has history and content (type != 0)
+    assert bool(feats.has_history[2]) and bool(feats.has_content[2])
+    masked = dataclasses.replace(batch, hide_features=hidden).to("cpu")
+    assert torch.equal(masked.hide_features, hidden)
+    embed = model.encoder.embed
+    with torch.no_grad():
+        x = embed(batch.node_idx, feats, hidden)
+        expected = embed.type_emb(feats.node_type[2]) + embed.degree_emb(feats.degree_bucket[2])
+        torch.testing.assert_close(x[anchor_pos[2]], expected)
+        torch.testing.assert_close(x[~hidden], embed(batch.node_idx, feats)[~hidden])
+        changed = dataclasses.replace(feats, content=feats.content.clone(), id_bucket=feats.id_bucket.clone())
+        changed.content[2] += 1.0
+        changed.id_bucket[2] = (changed.id_bucket[2] + 1) % CFG.id_buckets
+        a, b = model(masked, feats).embedding, model(masked, changed).embedding
+        torch.testing.assert_close(a[2], b[2])
+        assert not torch.allclose(model(batch, feats).embedding[2], model(batch, changed).embedding[2])

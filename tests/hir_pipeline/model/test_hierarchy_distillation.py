@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -13,6 +14,7 @@ from hir_pipeline.model import (
     engagement_infonce,
     sinkhorn_knopp,
 )
+from hir_pipeline.model.distillation import EngagementTemperature, cross_entity_targets
 from hir_pipeline.model.hierarchy import hierarchy_consistency
 
 
@@ -105,3 +107,75 @@ def test_engagement_logq_correction_stops_penalising_popular_candidates():
     plain = engagement_infonce(users, items, torch.tensor([0.0, 1, 1, 1, 1, 1, 1, 1]), 0.1)
     corrected = engagement_infonce(users, items, torch.tensor([0.0, 1, 1, 1, 1, 1, 1, 1]), 0.1, item_log_q=pop)
     assert corrected < plain
+
+
+def test_known_positive_is_never_a_negative():
+    """User 0 also engaged item 1 (the positive of row 1): with the mask, item 1 is no negative of user 0 nor user 0
+    of item 1; the loss equals the cross-entropy over the other candidates, computed by hand."""
+    g = torch.Generator().manual_seed(2)
+    users = nn.functional.normalize(torch.randn(4, 5, generator=g), dim=-1)
+    items = nn.functional.normalize(torch.randn(4, 5, generator=g), dim=-1)
+    known = torch.eye(4, dtype=torch.bool)
+    known[0, 1] = True
+    only_row = torch.tensor([1.0, 0, 0, 0])  # the weighted mean picks row 0's loss
+    got = engagement_infonce(users, items, only_row, 0.2, positive_mask=known)
+    logits = users @ items.t() / 0.2
+    by_user = -torch.log_softmax(logits[0, [0, 2, 3]], 0)[0]  # item 1 left out
+    by_item = -torch.log_softmax(logits[:, 0], 0)[0]  # item 0's candidates: every user
+    torch.testing.assert_close(got, 0.5 * (by_user + by_item))
+    row1 = engagement_infonce(users, items, torch.tensor([0.0, 1, 0, 0]), 0.2, positive_mask=known)
+    by_item1 = -torch.log_softmax(logits[[1, 2, 3], 1], 0)[0]  # user 0 is no negative of item 1
+    torch.testing.assert_close(row1, 0.5 * (-torch.log_softmax(logits[1], 0)[1] + by_item1))
+    # the similarity of a masked pair gets no gradient at all
+    u = users.clone().requires_grad_(True)
+    engagement_infonce(u, items, torch.tensor([1.0, 0, 0, 0]), 0.2, positive_mask=known).backward()
+    grad_dir = u.grad[0]
+    u2 = users.clone().requires_grad_(True)
+    items_moved = items.clone()
+    items_moved[1] = -items_moved[1]  # moving the known positive changes nothing for row 0
+    engagement_infonce(u2, items_moved, torch.tensor([1.0, 0, 0, 0]), 0.2, positive_mask=known).backward()
+    torch.testing.assert_close(grad_dir, u2.grad[0])
+
+
+def test_learned_engagement_temperature():
+    fixed = EngagementTemperature(0.1, learned=False, min_temp=0.01)
+    assert not fixed.log_temp.requires_grad and float(fixed()) == pytest.approx(0.1)
+    learned = EngagementTemperature(0.1, learned=True, min_temp=0.05)
+    opt = torch.optim.SGD(learned.parameters(), lr=1.0)
+    g = torch.Generator().manual_seed(0)
+    users = nn.functional.normalize(torch.randn(16, 4, generator=g), dim=-1)
+    for _ in range(20):  # perfectly aligned pairs: a sharper softmax lowers the loss, down to the bound
+        opt.zero_grad()
+        engagement_infonce(users, users, torch.ones(16), learned()).backward()
+        opt.step()
+    assert float(learned().detach()) == pytest.approx(0.05)
+    assert float(learned.log_temp.exp()) < 0.05
+
+
+def test_cross_entity_targets_are_the_partners_teacher_probabilities():
+    # node 0 (a user) engaged items 2 (weight 1) and 3 (weight 3) and saw item 4 (weight 0.5); item 3's teacher
+    # distribution is not known yet; node 1 has no partner with a known one.
+    indptr = torch.tensor([0, 3, 4, 5, 6, 7])
+    partners = torch.tensor([2, 3, 4, 3, 0, 0, 0])
+    weights = torch.tensor([1.0, 3.0, 0.5, 1.0, 1.0, 3.0, 0.5])
+    bank = [torch.tensor([[0.5, 0.5], [0.5, 0.5], [0.9, 0.1], [0.2, 0.8], [0.3, 0.7]]), torch.eye(5)]
+    filled = torch.tensor([True, True, True, False, True])
+    targets, has = cross_entity_targets(torch.tensor([0, 1, 2]), indptr, partners, weights, bank, filled)
+    assert has.tolist() == [True, False, True]
+    expected0 = (1.0 * bank[0][2] + 0.5 * bank[0][4]) / 1.5  # item 3 left out (no teacher target yet)
+    torch.testing.assert_close(targets[0][0], expected0)
+    torch.testing.assert_close(targets[1][0], (1.0 * bank[1][2] + 0.5 * bank[1][4]) / 1.5)
+    torch.testing.assert_close(targets[0][2], bank[0][0])  # item 2's only partner is user 0
+    torch.testing.assert_close(targets[0].sum(1)[has], torch.ones(2))
+
+
+def test_dino_multi_crop_shares_teacher_targets_and_centers_once():
+    loss_fn = HierarchicalDINOLoss((3,), student_temp=0.1, teacher_temp=0.04, center_momentum=0.5)
+    teacher = [torch.tensor([[2.0, 0.0, 0.0], [0.0, 4.0, 0.0]])]
+    student = [torch.randn(3, 3)]  # crops of anchors 0, 1 and a second crop of anchor 0
+    idx = torch.tensor([0, 1, 0])
+    targets = loss_fn.teacher_probs(teacher)[0]
+    total, _ = loss_fn(student, teacher, idx)
+    log_p = torch.log_softmax(student[0] / 0.1, -1)
+    torch.testing.assert_close(total, -(targets[idx] * log_p).sum(-1).mean())
+    torch.testing.assert_close(loss_fn.center(0), torch.tensor([[0.5, 1.0, 0.0]]))  # mean of the 2 teacher rows

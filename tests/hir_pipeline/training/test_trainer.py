@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from hir_pipeline.evaluation.metrics import majority_parents
 from hir_pipeline.model import ModelConfig, TrainConfig
 from hir_pipeline.model.batch import pack_views
 from hir_pipeline.model.encoder import NodeInputEmbedding
@@ -93,6 +94,16 @@ def test_infer_embeds_every_node(toy):
     assert [p.shape for p in res.probs] == [(n, 2), (n, 4)]
     np.testing.assert_allclose(res.probs[1].sum(1), 1.0, atol=1e-5)
     assert res.parent_maps[0].shape == (4,) and res.has_view.sum() == n - 3
+    # the published tree: a fine cluster's parent is the coarse cluster most of its members fall into
+    fine, coarse = res.probs[1].argmax(1), res.probs[0].argmax(1)
+    nearest = trainer.teacher.hierarchy.parent_maps()[0].numpy()
+    np.testing.assert_array_equal(res.parent_maps[0], majority_parents(fine, coarse, 4, nearest))
+    for k in range(4):
+        members = coarse[fine == k]
+        if len(members):
+            assert (members == res.parent_maps[0][k]).sum() == np.bincount(members).max()
+        else:
+            assert res.parent_maps[0][k] == nearest[k]
     # batching does not change results
     again = infer(trainer.teacher, toy.features, views, batch_size=64, pad_to=16)
     np.testing.assert_allclose(res.embeddings, again.embeddings, atol=1e-5)
@@ -250,3 +261,67 @@ def test_id_tables_have_their_own_learning_rate_and_no_weight_decay(toy):
     assert torch.equal(after["encoder.embed.id_emb.weight"], before["encoder.embed.id_emb.weight"])
     assert torch.equal(after["encoder.embed.hist_emb.weight"], before["encoder.embed.hist_emb.weight"])
     assert not torch.equal(after["encoder.embed.type_emb.weight"], before["encoder.embed.type_emb.weight"])
+
+
+def test_pair_views_hold_no_edge_between_the_pair(toy):
+    trainer = Trainer(MODEL, TrainConfig(epochs=1, batch_size=8, pad_to=16, log_every=0), toy.features,
+                      toy.broad_views, toy.narrow_views, toy.engagement)
+    users, items, _ = trainer.pairs
+    narrow = {int(v["anchor_idx"]): v for v in toy.narrow_views}
+    assert any(int(i) in set(np.asarray(narrow[int(u)]["nodes"]).tolist()) for u, i in zip(users, items, strict=True))
+    views = trainer.pair_views(users, items)
+    p = len(users)
+    for k, (u, i) in enumerate(zip(users, items, strict=True)):
+        assert int(views[k]["anchor_idx"]) == u and int(i) not in np.asarray(views[k]["nodes"]).tolist()
+        assert int(views[p + k]["anchor_idx"]) == i and int(u) not in np.asarray(views[p + k]["nodes"]).tolist()
+    kept = Trainer(dataclasses.replace(MODEL, hide_target_edge=False), trainer.cfg, toy.features, toy.broad_views,
+                   toy.narrow_views, toy.engagement).pair_views(users[:3], items[:3])
+    assert all(v is narrow[int(v["anchor_idx"])] for v in kept)
+
+
+def test_student_sees_broad_crops_and_masked_anchors_and_cross_entity_targets_come_from_the_teacher(toy):
+    """One step with multi-crop on half the anchors and every anchor's features hidden: the student's packed batch
+    holds B narrow + B / 2 broad crops + 2P pair views, the hidden tokens are exactly the B + B / 2 crop anchors
+    (pair views are never masked); the cross-entity bank then holds the step's teacher targets."""
+    model = dataclasses.replace(MODEL, multi_crop_share=0.5, anchor_feature_mask=1.0, cross_entity_weight=1.0)
+    cfg = TrainConfig(epochs=1, batch_size=8, engagement_batch_size=6, pad_to=16, log_every=0, warmup_steps=1)
+    trainer = Trainer(model, cfg, toy.features, toy.broad_views, toy.narrow_views, toy.engagement)
+    seen = []
+    trainer.student.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    anchors = np.arange(8)
+    rng = np.random.default_rng(0)
+    out = trainer.train_step(0, anchors, rng, trainer.sampler.draw(rng, 6))
+    batch = seen[-1]
+    assert batch.num_views == 8 + 4 + 2 * 6
+    crop_anchors = batch.layout.anchor_positions()[:12]
+    assert batch.hide_features.sum() == 12 and bool(batch.hide_features[crop_anchors].all())
+    assert batch.anchor_idx[:12].tolist() == [*range(8), *range(4)]
+    broad = {int(v["anchor_idx"]): v for v in toy.broad_views}
+    # the broad crops are augmented broad views: never more nodes than the broad view, anchors first
+    starts = batch.layout.anchor_positions().tolist() + [int(batch.token_mask.sum())]
+    for k in range(8, 12):
+        a = k - 8
+        assert starts[k + 1] - starts[k] <= len(broad[a]["nodes"])
+    for lvl, probs in enumerate(out["teacher_probs"]):
+        torch.testing.assert_close(trainer.bank[lvl][torch.as_tensor(anchors)].float(), probs, atol=1e-3, rtol=0)
+    assert bool(trainer.bank_filled[:8].all()) and not bool(trainer.bank_filled[8:].any())
+    assert out["cross_entity"] == 0.0  # the bank was empty before this step
+    # a node with a partner among those anchors now gets a cross-entity target
+    indptr, partners, _ = (t.numpy() for t in trainer.partners)
+    node = next(x for x in range(8, len(indptr) - 1) if (partners[indptr[x]:indptr[x + 1]] < 8).any())
+    assert trainer.train_step(1, np.array([node]), rng, None)["cross_entity"] > 0.0
+
+
+def test_engagement_temperature_is_learned_or_fixed(toy):
+    cfg = TrainConfig(epochs=2, batch_size=8, engagement_batch_size=8, lr=1e-2, warmup_steps=1, log_every=0,
+                      pad_to=16, seed=3)
+    learned = Trainer(MODEL, cfg, toy.features, toy.broad_views, toy.narrow_views, toy.engagement)
+    assert any(learned.engagement_temp.log_temp is p for g in learned.optimizer.param_groups for p in g["params"])
+    history = learned.fit()
+    assert history[-1]["engagement_temp"] != pytest.approx(MODEL.engagement_temp, abs=1e-4)
+    assert float(learned.engagement_temp().detach()) >= MODEL.engagement_temp_min
+    fixed = Trainer(dataclasses.replace(MODEL, engagement_temp_mode="fixed"), cfg, toy.features, toy.broad_views,
+                    toy.narrow_views, toy.engagement)
+    assert fixed.fit()[-1]["engagement_temp"] == pytest.approx(MODEL.engagement_temp)
+    with pytest.raises(ValueError, match="engagement_temp_mode"):
+        ModelConfig(engagement_temp_mode="tuned")
