@@ -251,7 +251,7 @@ def test_hidden_anchor_features_drop_its_id_and_content_only():
     assert torch.equal(masked.hide_features, hidden)
     embed = model.encoder.embed
     with torch.no_grad():
-        x = embed(batch.node_idx, feats, hidden)
+        x = embed(batch.node_idx, feats, hide=hidden)
         expected = embed.type_emb(feats.node_type[2]) + embed.degree_emb(feats.degree_bucket[2])
         torch.testing.assert_close(x[anchor_pos[2]], expected)
         torch.testing.assert_close(x[~hidden], embed(batch.node_idx, feats)[~hidden])

@@ -70,7 +70,8 @@ def test_resume_after_crash_equals_straight_training(toy, tmp_path):
 def test_loss_decreases_on_planted_structure(toy):
     # A frozen teacher (EMA momentum 1) and frozen centers give stationary DINO targets (in real training the
     # targets move and the DINO loss is not monotone): the student must fit them and the engagement pairs.
-    model = ModelConfig(**{**MODEL.__dict__, "center_momentum": 1.0})
+    # Self-distillation alone (no cross-entity term pulling towards the partners' targets): the DINO loss must fall.
+    model = ModelConfig(**{**MODEL.__dict__, "center_momentum": 1.0, "cross_entity_weight": 0.0})
     cfg = TrainConfig(epochs=15, batch_size=8, engagement_batch_size=16, lr=1e-2, warmup_steps=2, log_every=0,
                       pad_to=16, ema_momentum=1.0, ema_momentum_end=1.0, seed=1)
     trainer = Trainer(model, cfg, toy.features, toy.broad_views, toy.narrow_views, toy.engagement)
@@ -186,7 +187,9 @@ def test_the_scored_pair_is_left_out_of_its_own_pools_in_training(toy):
     anchors' views keep their full histories."""
     cfg = TrainConfig(epochs=1, batch_size=4, engagement_batch_size=1, lr=3e-3, warmup_steps=1, log_every=0,
                       pad_to=16, seed=3)
-    trainer = Trainer(MODEL, cfg, toy.features, toy.broad_views, toy.narrow_views, toy.engagement)
+    # No crops and no hidden anchor features: the batch is the 4 anchor views, then the pair's two views.
+    model = dataclasses.replace(MODEL, multi_crop_share=0.0, anchor_feature_mask=0.0)
+    trainer = Trainer(model, cfg, toy.features, toy.broad_views, toy.narrow_views, toy.engagement)
     assert trainer.features.history is not None  # built from the engagement pairs
     seen = {}
     trainer.student.register_forward_pre_hook(lambda m, args: seen.update(batch=args[0]))
