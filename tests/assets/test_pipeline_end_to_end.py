@@ -62,7 +62,7 @@ def test_nightly_job_makes_every_output_table_and_accepts_this_run_config(tmp_pa
     dg.validate_run_config(job, run_config("unused-text-model").to_config_dict())  # raises on a bad setting
     with pytest.raises(dg.DagsterInvalidConfigError, match="not_a_setting"):
         bad = run_config("unused-text-model").to_config_dict()
-        bad["ops"]["interest_model"]["config"]["not_a_setting"] = 1
+        bad["ops"]["content_embeddings"]["config"]["not_a_setting"] = 1
         dg.validate_run_config(job, bad)
 
 
