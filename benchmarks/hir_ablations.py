@@ -171,19 +171,16 @@ def baseline_results(data, item_content, settings, cache: Path | None, say=print
     return result
 
 
-def run_variant(data, inputs, overrides: dict, k: int) -> dict:
-    """Train one model and return per-user metrics of the published encoder (``hir``), its mean-user version
-    (``hir_mean_user``), the teacher and the student, and the training seconds.
+def make_trainer(inputs, overrides: dict):
+    """A seeded ``Trainer`` for ``inputs`` with ModelConfig / TrainConfig ``overrides`` (the model config fitted to
+    the inputs), as the asset builds it; shared by the benchmarks that train on a prepared split.
 
     Args:
-        data: the split's evaluation data.
-        inputs: HIR's training inputs of that split.
-        overrides: ModelConfig / TrainConfig settings.
-        k: cut-off.
+        inputs: HIR's training inputs (``ModelInputs``).
+        overrides: ModelConfig / TrainConfig settings; an unknown name exits with a message.
     """
     import torch
 
-    from hir_pipeline.evaluation.scoring import EmbeddingScorer, evaluate_per_user
     from hir_pipeline.model.config import ModelConfig, TrainConfig
     from hir_pipeline.training.fit import resolve_model_config
     from hir_pipeline.training.trainer import Trainer
@@ -198,8 +195,25 @@ def run_variant(data, inputs, overrides: dict, k: int) -> dict:
     train_cfg = TrainConfig(**{k_: v for k_, v in overrides.items() if k_ in train_names})
     features = inputs.features(model_cfg)
     torch.manual_seed(train_cfg.seed)
-    trainer = Trainer(model_cfg, train_cfg, features, inputs.broad_views, inputs.narrow_views or None,
-                      inputs.engagement, seen=getattr(inputs, "seen_pairs", None))
+    return Trainer(model_cfg, train_cfg, features, inputs.broad_views, inputs.narrow_views or None,
+                   inputs.engagement, seen=getattr(inputs, "seen_pairs", None))
+
+
+def run_variant(data, inputs, overrides: dict, k: int) -> dict:
+    """Train one model and return per-user metrics of the published encoder (``hir``), its mean-user version
+    (``hir_mean_user``), the teacher and the student, and the training seconds.
+
+    Args:
+        data: the split's evaluation data.
+        inputs: HIR's training inputs of that split.
+        overrides: ModelConfig / TrainConfig settings.
+        k: cut-off.
+    """
+
+    from hir_pipeline.evaluation.scoring import EmbeddingScorer, evaluate_per_user
+
+    trainer = make_trainer(inputs, overrides)
+    train_cfg = trainer.cfg
     t0 = time.perf_counter()
     trainer.fit()
     train_s = time.perf_counter() - t0

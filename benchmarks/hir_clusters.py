@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hir_ablations import QUIET, _value, prepare, sample_settings  # noqa: E402
+from hir_ablations import QUIET, _value, make_trainer, prepare, sample_settings  # noqa: E402
 
 
 def read_truth(folder: Path) -> dict[str, dict[str, int | None]]:
@@ -45,29 +45,14 @@ def read_truth(folder: Path) -> dict[str, dict[str, int | None]]:
 
 def run(prepared: dict, overrides: dict, k: int, truth: dict | None) -> dict:
     """Train one model on the prepared split; its recall and clustering rows as one flat dict."""
-    import dataclasses
-
     import numpy as np
-    import torch
 
     from hir_pipeline.evaluation.runner import clustering_rows
     from hir_pipeline.evaluation.scoring import EmbeddingScorer, evaluate_scorer
-    from hir_pipeline.model.config import ModelConfig, TrainConfig
-    from hir_pipeline.training.fit import resolve_model_config
-    from hir_pipeline.training.trainer import Trainer
 
     data, inputs = prepared["data"], prepared["inputs"]
-    model_names = {f.name for f in dataclasses.fields(ModelConfig)}
-    train_names = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = set(overrides) - model_names - train_names
-    if unknown:
-        raise SystemExit(f"unknown setting(s): {', '.join(sorted(unknown))}")
-    model_kw = {k_: (tuple(v) if k_ == "level_sizes" else v) for k_, v in overrides.items() if k_ in model_names}
-    model_cfg = resolve_model_config(ModelConfig(**model_kw), inputs)
-    train_cfg = TrainConfig(**{k_: v for k_, v in overrides.items() if k_ in train_names})
-    torch.manual_seed(train_cfg.seed)
-    trainer = Trainer(model_cfg, train_cfg, inputs.features(model_cfg.id_buckets), inputs.broad_views,
-                      inputs.narrow_views or None, inputs.engagement, seen=getattr(inputs, "seen_pairs", None))
+    trainer = make_trainer(inputs, overrides)
+    model_cfg, train_cfg = trainer.model_cfg, trainer.cfg
     t0 = time.perf_counter()
     history = trainer.fit()
     train_s = time.perf_counter() - t0
