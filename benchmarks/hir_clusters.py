@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from hir_ablations import QUIET, _value, make_trainer, prepare, sample_settings  # noqa: E402
+from hir_ablations import QUIET, make_trainer, parse_value, prepare, sample_settings  # noqa: E402
 
 
 def read_truth(folder: Path) -> dict[str, dict[str, int | None]]:
@@ -105,7 +105,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     truth = read_truth(args.truth) if args.truth else None
     settings = {**sample_settings(), **QUIET, "epochs": args.epochs,
-                **{k: _value(v) for k, v in (s.split("=", 1) for s in args.set)}}
+                **{k: parse_value(v) for k, v in (s.split("=", 1) for s in args.set)}}
     row = {"label": args.label, "set": args.set, **run(prepared, settings, args.k, truth)}
     print(json.dumps(row), flush=True)
     if args.json:
