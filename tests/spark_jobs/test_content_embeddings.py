@@ -1,4 +1,7 @@
-"""spark_jobs.content_embeddings: Arrow batch inference, incremental reuse, model change, no-content rows."""
+"""spark_jobs.content_embeddings: Arrow batch inference, incremental reuse, model change, no-content rows.
+
+The embedding runs (Python workers loading the models) are slow; the content hash in Spark is the fast test.
+"""
 
 from __future__ import annotations
 
@@ -68,6 +71,7 @@ def test_spark_content_hash_equals_python(spark):
     assert got == [content_hash(*r) for r in rows]
 
 
+@pytest.mark.slow
 def test_incremental_runs_and_model_change(spark, models, rows):
     cfg_a, cfg_b = models
     entities = _frame(spark, rows)

@@ -1,4 +1,7 @@
-"""The synthetic ad ecosystem: determinism, contract, planted hierarchy, funnel, images, scale."""
+"""The synthetic ad ecosystem: determinism, contract, planted hierarchy, funnel, images, scale.
+
+Tests over a generated source folder are slow; the configuration and the Zipf rank column are fast.
+"""
 
 from __future__ import annotations
 
@@ -60,6 +63,7 @@ def test_config_validates():
     assert SyntheticConfig(end_date="2024-01-31").end_date.isoformat() == "2024-01-31"
 
 
+@pytest.mark.slow
 def test_contract_schema_and_references(spark, source):
     out, counts = source
     for table, columns in SOURCE_TABLES.items():
@@ -90,6 +94,7 @@ def test_contract_schema_and_references(spark, source):
     assert ev.where("event_type = 'conversion' and (value is null or value <= 0)").count() == 0
 
 
+@pytest.mark.slow
 def test_funnel_rates(source):
     _, c = source
     n = CFG.n_events
@@ -99,6 +104,7 @@ def test_funnel_rates(source):
     assert _within(c["events.conversion"], c["events.add_to_cart"], CFG.conversion_rate)
 
 
+@pytest.mark.slow
 def test_funnel_chains_are_consistent(spark, source):
     out, _ = source
     ev = _table(spark, out, "events").withColumn("imp", F.regexp_extract("event_id", r"^syn:(\d+):", 1))
@@ -113,6 +119,7 @@ def test_funnel_chains_are_consistent(spark, source):
     assert bad.count() == 0
 
 
+@pytest.mark.slow
 def test_ground_truth_hierarchy(spark, source):
     out, _ = source
     gt = _table(spark, out, "ground_truth")
@@ -134,6 +141,7 @@ def test_ground_truth_hierarchy(spark, source):
     assert joined.where("relation in ('ad_of_campaign', 'ad_promotes_product') and s2 != d2").count() == 0
 
 
+@pytest.mark.slow
 def test_users_mostly_act_on_their_interest(spark, source):
     out, _ = source
     gt = _table(spark, out, "ground_truth").select("entity_id", "level0", "level1", "level2")
@@ -152,6 +160,7 @@ def test_users_mostly_act_on_their_interest(spark, source):
     assert abs(clicks - lifted) < 0.04 and clicks > imp.fine
 
 
+@pytest.mark.slow
 def test_popularity_is_heavy_tailed(spark, source):
     out, _ = source
     per_item = (_table(spark, out, "events").where("event_type = 'impression'")
@@ -169,6 +178,7 @@ def test_zipf_rank_in_column(spark):
     assert 3.0 < counts[0] / counts[4:6].mean() < 12.0
 
 
+@pytest.mark.slow
 def test_images_are_real_fashion_mnist(spark, source, images_dir):
     out, _ = source
     ent = _table(spark, out, "entities")
@@ -189,6 +199,7 @@ def test_images_are_real_fashion_mnist(spark, source, images_dir):
     assert ads.where("image_uri is null").count() == 0
 
 
+@pytest.mark.slow
 def test_same_seed_same_output_and_cache(spark, source, tmp_path, images_dir):
     out, counts = source
     again = tmp_path / "again"
