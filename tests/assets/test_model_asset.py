@@ -178,8 +178,9 @@ def test_run_log_reports_collection_training_and_delta_versions(first_run):
     log, meta = first_run["log"], first_run["meta"]
     collected = [m for m in log if m.startswith("collected ")]
     assert [re.sub(r"[\d,]+", "N", m.split(" in ")[0]) for m in collected] == [
-        "collected N nodes", "collected N broad and N narrow views", "collected content vectors of N nodes (dim N)",
-        "collected N engagement pairs"], log
+        "collected N nodes", "collected structure embeddings of N nodes (dim N)",
+        "collected N broad and N narrow views", "collected content vectors of N nodes (dim N)",
+        "collected N engagement pairs and N seen-only pairs"], log
     assert any(re.match(r"interest_model: collect inputs: \d+s, stage \d+: \d+/\d+ tasks", m) for m in log), log
     assert any(re.match(r"epoch 0 step 1/\d+ loss", m) for m in log), "the trainer's step lines reach the run log"
     assert any(m.startswith(f"Reading inputs of {RUN_DATE} at Delta versions {meta['input_delta_versions']}")

@@ -105,4 +105,5 @@ def test_evaluate_standalone_prints_and_writes_the_report(spark, tmp_path):
         assert method in table
     assert "NMI vs planted hierarchy" in proc.stdout
     metrics = spark.read.format("delta").load(str(lake / "evaluation_metrics"))
-    assert {r.method for r in metrics.select("method").distinct().collect()} == {"hir", "popularity", "content"}
+    assert {r.method for r in metrics.select("method").distinct().collect()} == {"hir", "hir_mean_user", "popularity",
+                                                                              "content"}

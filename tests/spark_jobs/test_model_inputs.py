@@ -169,7 +169,7 @@ def test_structure_embedding_follows_node_idx(graph):
         else:
             np.testing.assert_array_equal(inputs.structure[i], np.asarray(row[STRUCTURE_COLUMN], dtype=np.float32))
     assert sum(r[STRUCTURE_COLUMN] is None for r in rows) == 2  # u_cold and p_cold
-    np.testing.assert_array_equal(inputs.features(id_buckets=32).structure.numpy(), inputs.structure)
+    np.testing.assert_array_equal(inputs.features(32).structure.numpy(), inputs.structure)
     assert inputs.summary()["structure_dim"] == CFG.structure_dim
 
 
@@ -179,7 +179,7 @@ def test_no_structure_column_or_all_null_means_no_structure(graph):
                                                                    F.lit(None).cast("array<float>"))})
     for inputs in (old, off):
         assert inputs.structure is None and inputs.structure_dim == 0
-        assert inputs.features(id_buckets=32).structure.shape == (12, 0)
+        assert inputs.features(32).structure.shape == (12, 0)
     with pytest.raises(ValueError, match="widths"):
         _load(graph.copy() | {"nodes": graph["nodes"].withColumn(STRUCTURE_COLUMN, F.when(
             F.col("node_idx") == 0, F.array(F.lit(1.0).cast("float"))).otherwise(F.col(STRUCTURE_COLUMN)))})

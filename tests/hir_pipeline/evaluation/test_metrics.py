@@ -12,7 +12,6 @@ from hir_pipeline.evaluation.data import COLD, WARM, EvalData
 from hir_pipeline.evaluation.metrics import (
     cluster_usage,
     hits_matrix,
-    majority_parents,
     mean_top_probability,
     ndcg_at_k,
     nmi,
@@ -20,6 +19,7 @@ from hir_pipeline.evaluation.metrics import (
     recall_at_k,
 )
 from hir_pipeline.evaluation.scoring import EmbeddingScorer, evaluate_scorer, top_k
+from hir_pipeline.model.hierarchy import majority_parents
 
 
 def test_recall_and_ndcg_by_hand():

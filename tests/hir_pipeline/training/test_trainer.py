@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from hir_pipeline.evaluation.metrics import majority_parents
 from hir_pipeline.model import ModelConfig, TrainConfig
 from hir_pipeline.model.batch import pack_views
 from hir_pipeline.model.encoder import NodeInputEmbedding
+from hir_pipeline.model.hierarchy import majority_parents
 from hir_pipeline.training import Trainer, augment_view, infer, latest_checkpoint
 from hir_pipeline.training.toy import make_toy_graph
 
