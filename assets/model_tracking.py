@@ -97,10 +97,11 @@ def log_input_tables(frames: dict[str, tuple[DataFrame, str, int]], day: dt.date
 
 
 def output_cluster_stats(result: FitResult) -> dict[str, float]:
-    """Per level over all nodes: perplexity of the mean assignment, clusters holding a node, hierarchy
-    consistency (fine cluster's parent = coarse cluster)."""
+    """Per level over all nodes: perplexity of the mean assignment, clusters holding a node, mean top probability,
+    hierarchy consistency (share of nodes whose coarse cluster is their fine cluster's published parent)."""
     import torch
 
+    from hir_pipeline.evaluation.metrics import mean_top_probability
     from hir_pipeline.model.hierarchy import cluster_perplexity, hierarchy_consistency
 
     probs = result.inference.probs
@@ -108,6 +109,7 @@ def output_cluster_stats(result: FitResult) -> dict[str, float]:
     for lvl, p in enumerate(probs):
         out[f"output_perplexity_level_{lvl}"] = cluster_perplexity(torch.from_numpy(p))
         out[f"output_clusters_used_level_{lvl}"] = float(len(np.unique(p.argmax(axis=1))))
+        out[f"output_mean_top_probability_level_{lvl}"] = mean_top_probability(p)
     consistency = hierarchy_consistency([torch.from_numpy(p) for p in probs],
                                         [torch.from_numpy(m) for m in result.inference.parent_maps])
     for lvl, value in enumerate(consistency, start=1):

@@ -214,3 +214,20 @@ def test_stopped_training_resumes_to_the_same_model_and_replaces_rows(spark, mod
     # same seed, same inputs, on CPU: the resumed training is the straight one, bit for bit
     for r in rows:
         np.testing.assert_array_equal(np.asarray(r.embedding, dtype=np.float32), first_run["embeddings"][r.entity_id])
+
+
+def test_output_cluster_stats_report_sharpness_and_the_published_tree():
+    from types import SimpleNamespace
+
+    from assets.model_tracking import output_cluster_stats
+    from hir_pipeline.training.inference import InferenceResult
+
+    probs = [np.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]], dtype=np.float32),
+             np.array([[0.6, 0.2, 0.2], [0.1, 0.5, 0.4], [0.2, 0.2, 0.6]], dtype=np.float32)]
+    # fine clusters 0 and 1 hold nodes of coarse 0, fine 2 a node of coarse 1; the published tree misplaces fine 1
+    inference = InferenceResult(np.zeros((3, 2), np.float32), probs, [np.array([0, 1, 1])], np.ones(3, bool))
+    stats = output_cluster_stats(SimpleNamespace(inference=inference))
+    assert stats["output_mean_top_probability_level_0"] == pytest.approx((0.9 + 0.8 + 0.7) / 3)
+    assert stats["output_mean_top_probability_level_1"] == pytest.approx((0.6 + 0.5 + 0.6) / 3)
+    assert stats["output_clusters_used_level_1"] == 3.0
+    assert stats["hierarchy_consistency_level_1"] == pytest.approx(2 / 3)
