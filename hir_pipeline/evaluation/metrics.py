@@ -9,8 +9,8 @@ users with at least one target.
 Clustering: normalised mutual information with the arithmetic-mean normalisation
 ``NMI = I(U; V) / ((H(U) + H(V)) / 2)`` (the default of scikit-learn), computed from the contingency table;
 cluster usage and sharpness (mean top probability) per level; and the tree of the hierarchy: a fine cluster's
-parent is the coarse cluster most of its members fall into (:func:`majority_parents`), and the agreement is the
-share of nodes whose coarse cluster is their fine cluster's parent (:func:`parent_agreement`).
+parent is the coarse cluster most of its members fall into (:func:`hir_pipeline.model.tree.majority_parents`),
+and the agreement is the share of nodes whose coarse cluster is their fine cluster's parent (:func:`parent_agreement`).
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def parent_agreement(fine: np.ndarray, coarse: np.ndarray, parents: np.ndarray) 
     Args:
         fine: int ``[N]`` fine cluster of each node.
         coarse: int ``[N]`` coarse cluster of each node.
-        parents: int ``[K]`` parent of each fine cluster (:func:`majority_parents`).
+        parents: int ``[K]`` parent of each fine cluster (:func:`hir_pipeline.model.tree.majority_parents`).
     """
     fine = np.asarray(fine, dtype=np.int64)
     return float((np.asarray(parents)[fine] == np.asarray(coarse)).mean()) if fine.size else float("nan")

@@ -35,7 +35,7 @@ from hir_pipeline.evaluation.bootstrap import PairedInterval, paired_bootstrap
 from hir_pipeline.evaluation.data import COLD, WARM, EvalData
 from hir_pipeline.evaluation.metrics import cluster_usage, mean_top_probability, nmi, parent_agreement
 from hir_pipeline.evaluation.scoring import Scorer, UserScores, evaluate_per_user, summarize
-from hir_pipeline.model.hierarchy import majority_parents
+from hir_pipeline.model.tree import majority_parents
 from hir_pipeline.timing import Stages
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ weight-normalised last layer (Caron et al. 2021) and SwAV's prototypes (Caron et
 **Tree design.** A fine cluster belongs to exactly one coarse cluster. During training the levels are aligned
 because every level is distilled from the same teacher view of the same node. The published tree is read off
 the nodes: a fine cluster's parent is the coarse cluster most of its members fall into
-(:func:`majority_parents`, applied by ``training.inference.infer``), so a parent
+(``hir_pipeline.model.tree.majority_parents``, applied by ``training.inference.infer``), so a parent
 always contains most of its child; a fine cluster without members takes the level ``l - 1`` prototype most
 similar to its own (:meth:`PrototypeHierarchy.parent_maps`). ``hierarchy_consistency`` with those maps is the
 share of nodes whose argmax coarse cluster is their argmax fine cluster's parent (the agreement).
@@ -18,7 +18,6 @@ share of nodes whose argmax coarse cluster is their argmax fine cluster's parent
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -101,29 +100,3 @@ def cluster_perplexity(probs: Tensor) -> float:
     """
     mean = probs.float().mean(0)
     return float(torch.exp(-(mean * torch.log(mean.clamp_min(1e-12))).sum()))
-
-
-def majority_parents(fine: np.ndarray, coarse: np.ndarray, num_fine: int,
-                     fallback: np.ndarray | None = None) -> np.ndarray:
-    """Parent of each fine cluster: the coarse cluster most of its members fall into (ties: the lowest id).
-
-    Args:
-        fine: int ``[N]`` fine cluster of each node.
-        coarse: int ``[N]`` coarse cluster of each node (the level above).
-        num_fine: number of fine clusters ``K``.
-        fallback: int ``[K]`` parent of a fine cluster without members (e.g. the most similar coarse prototype);
-            default 0.
-
-    Returns:
-        int64 ``[K]``.
-    """
-    fine = np.asarray(fine, dtype=np.int64)
-    coarse = np.asarray(coarse, dtype=np.int64)
-    out = np.zeros(num_fine, dtype=np.int64) if fallback is None else np.asarray(fallback, dtype=np.int64).copy()
-    if fine.size == 0:
-        return out
-    counts = np.zeros((num_fine, int(coarse.max()) + 1), dtype=np.int64)
-    np.add.at(counts, (fine, coarse), 1)
-    has = counts.sum(1) > 0
-    out[has] = counts[has].argmax(1)
-    return out

@@ -15,8 +15,8 @@ import torch
 
 from hir_pipeline.model.batch import pack_views
 from hir_pipeline.model.features import NodeFeatures
-from hir_pipeline.model.hierarchy import majority_parents
 from hir_pipeline.model.hir_model import HIRModel
+from hir_pipeline.model.tree import majority_parents
 from hir_pipeline.training.collate import single_node_view
 
 
@@ -26,7 +26,7 @@ class InferenceResult:
     embeddings: float32 ``[N, out_dim]`` L2-normalised, row ``i`` = node ``i`` (one space for every type).
     probs: per level (coarsest first) float32 ``[N, K_l]`` cluster probabilities.
     parent_maps: per level ``l >= 1``, int64 ``[K_l]`` parent cluster at level ``l - 1``: the one most of the
-        cluster's members fall into (``model.hierarchy.majority_parents``); for a cluster without members, the
+        cluster's members fall into (``model.tree.majority_parents``); for a cluster without members, the
         most similar level ``l - 1`` prototype (``PrototypeHierarchy.parent_maps``).
     has_view: bool ``[N]``; False where the node had no view and was embedded from its own features only.
     """

@@ -19,7 +19,7 @@ from hir_pipeline.evaluation.metrics import (
     recall_at_k,
 )
 from hir_pipeline.evaluation.scoring import EmbeddingScorer, evaluate_scorer, top_k
-from hir_pipeline.model.hierarchy import majority_parents
+from hir_pipeline.model.tree import majority_parents
 
 
 def test_recall_and_ndcg_by_hand():

@@ -13,7 +13,7 @@ import torch
 from hir_pipeline.model import ModelConfig, TrainConfig
 from hir_pipeline.model.batch import pack_views
 from hir_pipeline.model.encoder import NodeInputEmbedding
-from hir_pipeline.model.hierarchy import majority_parents
+from hir_pipeline.model.tree import majority_parents
 from hir_pipeline.training import Trainer, augment_view, infer, latest_checkpoint
 from hir_pipeline.training.toy import make_toy_graph
 
