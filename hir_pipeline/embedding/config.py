@@ -17,9 +17,12 @@ Defaults are the models bundled as Python packages, so nothing is fetched from a
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
+
+from hir_pipeline.embedding.attributes import DEFAULT_ID_KEYS
 
 #: ``image_model`` value selecting the bundled EfficientNet-Lite0 (any other value is a transformers folder/name).
 EFFICIENTNET_LITE0 = "efficientnet-lite0"
@@ -115,6 +118,12 @@ class EmbeddingConfig:
             *(re-embeds)*
         image_std: per-channel std on the [0, 1] scale (see ``image_mean``). *(re-embeds)*
         attributes_dim: width of the hashed structured-metadata vector. *(re-embeds)*
+        attributes_id_keys: regular expression (``re.search``) over each attribute key; a matching key names an
+            identifier and is dropped with its value (default: ``id``, ``*_id``, ``*Id``, ``sku``, ``ean``, ``upc``,
+            ``gtin``, ``isbn``, ``asin``, ``uuid``, ``guid``, ``*_mid``; see ``hir_pipeline.embedding.attributes``).
+            *(re-embeds)*
+        attributes_number_digits: a number is bucketed at 1 .. this many significant digits (nearby values share
+            the coarse buckets). *(re-embeds)*
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         precision: compute precision of the text and image models: ``"float32"``, ``"bfloat16"`` (autocast:
             matrix products and convolutions in bfloat16, normalisations and pooling in float32) or ``"auto"``:
@@ -138,6 +147,8 @@ class EmbeddingConfig:
     image_mean: tuple[float, float, float] = (127.0 / 255, 127.0 / 255, 127.0 / 255)
     image_std: tuple[float, float, float] = (128.0 / 255, 128.0 / 255, 128.0 / 255)
     attributes_dim: int = 64
+    attributes_id_keys: str = DEFAULT_ID_KEYS
+    attributes_number_digits: int = 3
     device: str = "auto"
     precision: Precision = "auto"
     torch_threads: int | None = None
@@ -151,6 +162,12 @@ class EmbeddingConfig:
             raise ValueError("max_text_length must leave room for [CLS] and [SEP]")
         if self.attributes_dim < 1:
             raise ValueError("attributes_dim must be >= 1")
+        if self.attributes_number_digits < 1:
+            raise ValueError("attributes_number_digits must be >= 1")
+        try:
+            re.compile(self.attributes_id_keys)
+        except re.error as exc:
+            raise ValueError(f"attributes_id_keys is not a regular expression: {exc}") from None
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
 

@@ -68,8 +68,8 @@ def folder_fingerprint(folder: Path) -> str:
 def model_identifier(config: EmbeddingConfig) -> str:
     """A string naming every model and output-affecting setting of ``config`` (changes => re-embed all).
 
-    Example: ``content-v1|text=model@1f2e...;len=256|image=efficientnet-lite0@9a8b...;224;...|attr=hash-v1/64|...
-    |precision=bfloat16``.
+    Example: ``content-v1|text=model@1f2e...;len=256|image=efficientnet-lite0@9a8b...;224;...
+    |attr=hash-v2/64;digits=3;ids=5d1c...|...|precision=bfloat16``.
     """
     text_folder = resolve_model_folder(config.text_model)
     text = f"text={text_folder.name}@{folder_fingerprint(text_folder)};len={config.max_text_length}"
@@ -84,6 +84,8 @@ def model_identifier(config: EmbeddingConfig) -> str:
     f = config.fusion
     fusion = (f"fusion=t{f.text_weight:g},i{f.image_weight:g},a{f.attributes_weight:g};"
               f"img_dim={f.image_dim};seed={f.seed}")
-    attributes = f"attr={ATTRIBUTES_ENCODER_VERSION}/{config.attributes_dim}"
+    id_keys = hashlib.sha256(config.attributes_id_keys.encode()).hexdigest()[:8]
+    attributes = (f"attr={ATTRIBUTES_ENCODER_VERSION}/{config.attributes_dim};digits={config.attributes_number_digits};"
+                  f"ids={id_keys}")
     precision = f"precision={config.resolved_precision()}"
     return "|".join((EMBEDDING_CODE_VERSION, text, image, attributes, fusion, precision))

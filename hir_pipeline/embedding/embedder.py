@@ -133,7 +133,8 @@ class ContentEmbedder:
         attr_mat = np.zeros((n, self.config.attributes_dim), dtype=np.float32)
         attr_ok = np.zeros(n, dtype=bool)
         for i, raw in enumerate(attributes):
-            vec = encode_attributes(raw, self.config.attributes_dim)
+            vec = encode_attributes(raw, self.config.attributes_dim, self.config.attributes_id_keys,
+                                    self.config.attributes_number_digits)
             if vec is not None:
                 attr_mat[i], attr_ok[i] = vec, True
 

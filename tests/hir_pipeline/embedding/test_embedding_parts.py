@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from hir_pipeline.embedding.attributes import encode_attributes, parse_attributes
+from hir_pipeline.embedding.attributes import encode_attributes, number_buckets, parse_attributes
 from hir_pipeline.embedding.config import EmbeddingConfig, FusionConfig
 from hir_pipeline.embedding.content_hash import content_hash, model_identifier
 from hir_pipeline.embedding.fusion import Fusion, orthonormal_projection
@@ -28,8 +28,56 @@ def test_attributes_are_deterministic_unit_vectors():
 def test_attributes_similarity_follows_shared_features():
     base = encode_attributes('{"brand": "acme", "color": "red", "material": "leather", "price": 20}', 256)
     near = encode_attributes('{"brand": "acme", "color": "red", "material": "leather", "price": 22}', 256)
+    pricier = encode_attributes('{"brand": "acme", "color": "red", "material": "leather", "price": 900}', 256)
     far = encode_attributes('{"brand": "zeta", "color": "blue", "material": "cotton", "price": 900}', 256)
-    assert base @ near > 0.95 > base @ far
+    assert base @ near > base @ pricier > 0.7 > 0.1 > base @ far
+
+
+def test_numbers_are_bucketed_by_significant_digits_whatever_their_scale():
+    assert number_buckets(19.99, 3) == ["10", "19", "19.9"]
+    assert number_buckets(1995, 3) == ["1000", "1900", "1990"]
+    assert number_buckets(-0.0042, 2) == ["-0.004", "-0.0042"]
+    assert number_buckets(0, 2) == ["0", "0"]
+    vec = lambda attrs: encode_attributes(json.dumps(attrs), 512)  # noqa: E731
+    # a number weighs as much as one categorical value, however large it is
+    for year in (1.5, 1995, 1e9):
+        v = vec({"genre": "drama", "year": year})
+        assert v @ vec({"genre": "drama"}) == pytest.approx(1 / np.sqrt(2), abs=0.02)
+    # similarity falls off with relative distance, in any unit
+    assert vec({"year": 1995}) @ vec({"year": 1996}) > vec({"year": 1995}) @ vec({"year": 1985}) > \
+        vec({"year": 1995}) @ vec({"year": 1895})
+    assert vec({"price": 0.0123}) @ vec({"price": 0.0125}) == pytest.approx(
+        vec({"price": 1230}) @ vec({"price": 1250}), abs=1e-6)
+    # numbers written as strings (CSV/pandas exports) are numbers; booleans are categories
+    np.testing.assert_allclose(vec({"price": "19.99"}), vec({"price": 19.99}))
+    assert vec({"flag": True}) @ vec({"flag": 1}) < 0.5
+
+
+@pytest.mark.parametrize("key", ["id", "movie_id", "movielens_id", "productId", "SKU", "isbn", "freebase_mid",
+                                 "item_ids", "uuid"])
+def test_identifier_keys_are_dropped(key):
+    plain = encode_attributes(json.dumps({"genre": "drama", "year": 1995}), 128)
+    np.testing.assert_allclose(
+        encode_attributes(json.dumps({"genre": "drama", "year": 1995, key: 123456, "nested": {key: "x-1"}}), 128),
+        plain)
+    assert encode_attributes(json.dumps({key: 42}), 128) is None
+
+
+@pytest.mark.parametrize("key", ["video", "width", "paid", "valid", "kid", "zip", "android"])
+def test_words_ending_in_id_are_not_identifiers(key):
+    assert encode_attributes(json.dumps({key: "x"}), 128) is not None
+
+
+def test_identifier_pattern_and_digits_are_settings():
+    raw = json.dumps({"code": "A-1", "price": 19.99})
+    only_price = encode_attributes(json.dumps({"price": 19.99}), 64)
+    np.testing.assert_allclose(encode_attributes(raw, 64, id_keys=r"^code$"), only_price)
+    one_digit = encode_attributes(json.dumps({"price": 19.99}), 64, number_digits=1)
+    assert one_digit @ encode_attributes(json.dumps({"price": 12}), 64, number_digits=1) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="attributes_id_keys"):
+        EmbeddingConfig(attributes_id_keys="(")
+    with pytest.raises(ValueError, match="attributes_number_digits"):
+        EmbeddingConfig(attributes_number_digits=0)
 
 
 @pytest.mark.parametrize("raw", [None, "", "   ", "{}", "[1, 2]", "not json", "3", '{"a": NaN}'])
