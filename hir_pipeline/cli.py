@@ -12,8 +12,10 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
+
+from dotenv import dotenv_values
 
 from hir_pipeline.settings import cache_dir, default_lake_root, project_root, state_dir
 
@@ -21,11 +23,14 @@ log = logging.getLogger("hir")
 
 
 def dagster_home() -> Path:
-    """The project's Dagster instance folder (``DAGSTER_HOME``, default ``.hir/dagster``).
+    """The project's Dagster instance folder, created if missing; also exported as ``DAGSTER_HOME``.
 
+    The folder is ``DAGSTER_HOME`` if set, else the one the project's ``.env`` names (which ``hir setup`` writes,
+    so that ``dg dev`` / ``dagster dev`` in the project root open this same instance), else ``.hir/dagster``.
     When the folder has no ``dagster.yaml`` yet, the committed one (SQLite storage) is copied in.
     """
-    home = Path(os.environ.get("DAGSTER_HOME") or state_dir() / "dagster").resolve()
+    named = os.environ.get("DAGSTER_HOME") or dotenv_values(project_root() / ".env").get("DAGSTER_HOME")
+    home = Path(named or state_dir() / "dagster").expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     committed = project_root() / "dagster.yaml"
@@ -33,6 +38,35 @@ def dagster_home() -> Path:
         shutil.copyfile(committed, config)
     os.environ["DAGSTER_HOME"] = str(home)
     return home
+
+
+def write_dagster_env(folder: Path, values: Mapping[str, str]) -> Path:
+    """Set ``values`` in ``folder/.env``, keeping every other line (created if missing).
+
+    Dagster's command-line tools (``dagster dev``, ``dg dev``, ``dagster definitions validate``,
+    ``dagster-daemon run``) load the ``.env`` of the folder they start in, before they look for
+    ``DAGSTER_HOME``; its values take precedence over the environment's.
+    """
+    from dotenv import set_key
+
+    path = folder / ".env"
+    path.touch(exist_ok=True)
+    for key, value in values.items():
+        set_key(path, key, value, quote_mode="never")
+    return path
+
+
+def ui_command() -> str:
+    """How to open this run's instance in the Dagster UI.
+
+    In the project root Dagster's tools open the instance the root's ``.env`` names (it overrides the
+    environment); any other instance is opened from its own folder.
+    """
+    home = os.environ["DAGSTER_HOME"]
+    named = dotenv_values(project_root() / ".env").get("DAGSTER_HOME")
+    if named and Path(named).expanduser().resolve() == Path(home):
+        return f"cd {project_root()} && .venv/bin/dg dev"
+    return f"cd {home} && DAGSTER_HOME={home} {project_root()}/.venv/bin/dagster dev -m hir_pipeline.definitions"
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
@@ -46,7 +80,9 @@ def cmd_setup(args: argparse.Namespace) -> int:
     print(f"MovieLens-100k:   {files['inter'].parent}")
     if not args.skip_images:
         print(f"Fashion-MNIST:    {fetch_fashion_mnist(cache)}")
-    print(f"Dagster instance: {dagster_home()}")
+    home = dagster_home()
+    env_file = write_dagster_env(project_root(), {"DAGSTER_HOME": str(home)})
+    print(f"Dagster instance: {home}   (named in {env_file} for `dg dev` in the project root)")
     return 0
 
 
@@ -98,14 +134,13 @@ def cmd_materialize(args: argparse.Namespace) -> int:
         print(f"hir: check failed: {check.asset_key.to_user_string()}:{check.check_name}", file=sys.stderr)
     if not result.success:
         print(f"hir: run {result.run_id} failed; inspect it in the UI "
-              f"(DAGSTER_HOME={os.environ['DAGSTER_HOME']} dagster dev)", file=sys.stderr)
+              f"({ui_command()})", file=sys.stderr)
         return 1
     print(f"\nhir: run {result.run_id} succeeded for {partition}.")
     print(f"  Delta lake:   {lake}   (tables: node_embeddings, cluster_assignments, interest_supergraph, "
           "cluster_profiles, ...)")
     print(f"  MLflow:       mlflow ui --backend-store-uri {os.environ.get('MLFLOW_TRACKING_URI') or _mlflow_uri()}")
-    print(f"  Dagster UI:   DAGSTER_HOME={os.environ['DAGSTER_HOME']} .venv/bin/dagster dev   (then open "
-          "http://127.0.0.1:3000)")
+    print(f"  Dagster UI:   {ui_command()}   (then open http://127.0.0.1:3000)")
     return 0
 
 
@@ -139,7 +174,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                if e.asset_key == dg.AssetKey("evaluation_report")]
     if not result.success or not reports:
         print(f"hir: run {result.run_id} failed; inspect it in the UI "
-              f"(DAGSTER_HOME={os.environ['DAGSTER_HOME']} dagster dev)", file=sys.stderr)
+              f"({ui_command()})", file=sys.stderr)
         return 1
     meta = reports[-1].materialization.metadata
     table = meta["comparison"].value

@@ -26,6 +26,35 @@ def test_parser_defaults():
         build_parser().parse_args(["materialize", "--bogus"])
 
 
+def test_env_file_gets_the_instance_and_keeps_the_users_lines(tmp_path):
+    from hir_pipeline.cli import write_dagster_env
+
+    (tmp_path / ".env").write_text("# mine\nAWS_PROFILE=dev\nDAGSTER_HOME=/old\n")
+    write_dagster_env(tmp_path, {"DAGSTER_HOME": "/new/home"})
+    assert (tmp_path / ".env").read_text() == "# mine\nAWS_PROFILE=dev\nDAGSTER_HOME=/new/home\n"
+    (tmp_path / "sub").mkdir()
+    write_dagster_env(tmp_path / "sub", {"DAGSTER_HOME": "/x"})
+    assert (tmp_path / "sub" / ".env").read_text() == "DAGSTER_HOME=/x\n"
+
+
+def test_instance_is_the_environment_then_the_env_file_then_the_default(tmp_path, monkeypatch):
+    import hir_pipeline.cli as cli
+
+    monkeypatch.setattr(cli, "project_root", lambda: tmp_path)
+    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    monkeypatch.setenv("HIR_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    assert cli.dagster_home() == tmp_path / "state" / "dagster"
+    assert "dagster dev -m hir_pipeline.definitions" in cli.ui_command()  # no .env: opened from its folder
+    cli.write_dagster_env(tmp_path, {"DAGSTER_HOME": str(tmp_path / "named")})
+    monkeypatch.delenv("DAGSTER_HOME")
+    assert cli.dagster_home() == tmp_path / "named"
+    assert (tmp_path / "named" / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\n"  # installed
+    assert cli.ui_command() == f"cd {tmp_path} && .venv/bin/dg dev"
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "explicit"))
+    assert cli.dagster_home() == tmp_path / "explicit"
+
+
 @pytest.mark.slow
 def test_missing_source_is_one_clear_line_and_writes_nothing(tmp_path):
     lake = tmp_path / "lake"

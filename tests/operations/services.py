@@ -116,28 +116,57 @@ def dagster_env(home: Path, lake: Path, source: str | Path, state: Path, **extra
     return env
 
 
+#: The packages of the project root (linked into :func:`project_root_copy`).
+PROJECT_PACKAGES = ("hir_pipeline", "assets", "resources", "spark_jobs")
+
+
+def project_root_copy(folder: Path, dagster_home: Path | None = None) -> Path:
+    """A project root as a clone has it, for Dagster's tools to start in, apart from the checkout's own.
+
+    ``pyproject.toml`` and ``dagster.yaml`` are copied and the packages linked; with ``dagster_home``, the ``.env``
+    that ``hir setup`` writes names that instance (so the checkout's ``.env`` and instance are never used).
+    """
+    from hir_pipeline.cli import write_dagster_env
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("pyproject.toml", "dagster.yaml"):
+        shutil.copyfile(REPO / name, folder / name)
+    for package in PROJECT_PACKAGES:
+        (folder / package).symlink_to(REPO / package, target_is_directory=True)
+    if dagster_home is not None:
+        write_dagster_env(folder, {"DAGSTER_HOME": str(dagster_home)})
+    return folder
+
+
 class DagsterUI:
-    """``dagster dev`` (webserver + daemon) or ``dagster-webserver`` alone, reached through HTTP and GraphQL."""
+    """``dagster dev`` / ``dg dev`` (webserver + daemon) or ``dagster-webserver`` alone, reached through HTTP."""
 
     def __init__(self, env: Mapping[str, str], log: Path, daemon: bool = True,
-                 target: tuple[str, ...] = ("-m", "hir_pipeline.definitions"), root: Path | None = None):
+                 target: tuple[str, ...] = ("-m", "hir_pipeline.definitions"), root: Path | None = None,
+                 project: Path | None = None):
         """Start it (returns at once; see :meth:`wait_ready`).
 
         Args:
             env: the processes' environment (:func:`dagster_env`).
             log: file receiving their output.
             daemon: ``dagster dev`` (webserver and daemon) when true, else ``dagster-webserver`` alone.
-            target: the code location arguments.
-            root: the test folder the instance, lake and state live in (for the test's own use).
+            target: the code location arguments (not with ``project``).
+            root: the test folder the instance, lake and state live in (for the test's own use); the processes
+                start in it, away from the checkout's ``.env``.
+            project: start ``dg dev`` in this project root (:func:`project_root_copy`), as the README says,
+                instead.
         """
         self.root = root or log.parent
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        if daemon:
-            args = [str(VENV_BIN / "dagster"), "dev", *target, "-h", "127.0.0.1", "-p", str(self.port)]
+        where = ["--host", "127.0.0.1", "--port", str(self.port)]
+        if project is not None:
+            args = [str(VENV_BIN / "dg"), "dev", *where]
+        elif daemon:
+            args = [str(VENV_BIN / "dagster"), "dev", *target, *where]
         else:
-            args = [str(VENV_BIN / "dagster-webserver"), *target, "-h", "127.0.0.1", "-p", str(self.port)]
-        self.service = Service(args, log, env)
+            args = [str(VENV_BIN / "dagster-webserver"), *target, *where]
+        self.service = Service(args, log, env, cwd=project or self.root)
 
     def wait_ready(self, timeout_s: float = 420) -> None:
         """Until the webserver answers and its code location has loaded."""

@@ -1,6 +1,7 @@
-"""The Dagster UI as a data engineer uses it: ``dagster dev`` on loopback, opened in headless Chromium.
+"""The Dagster UI as a data engineer uses it: ``dg dev`` in the project root, on loopback, opened in headless
+Chromium.
 
-One ``dagster dev`` (webserver + daemon) serves the project's definitions over a temporary instance that uses the
+One ``dg dev`` (webserver + daemon) serves the project's definitions over a temporary instance that uses the
 committed ``dagster.yaml`` (SQLite storage, QueuedRunCoordinator, run_retries). Its resources point at temporary
 folders through ``HIR_LAKE`` / ``HIR_STATE_DIR`` / ``HIR_SOURCE``. A run launched through the webserver's GraphQL
 API (what the UI's "Materialize" button calls) is queued, then launched by the daemon in a separate process with
@@ -21,7 +22,16 @@ from pathlib import Path
 import pytest
 
 from tests.operations.conftest import RUN_DATE
-from tests.operations.services import REPO, DagsterUI, browser, dagster_env, run_status, wait_for, wait_run
+from tests.operations.services import (
+    REPO,
+    DagsterUI,
+    browser,
+    dagster_env,
+    project_root_copy,
+    run_status,
+    wait_for,
+    wait_run,
+)
 
 INGESTION = ("entities", "relations", "events", "quarantine")
 
@@ -92,13 +102,16 @@ def test_graphql_documents_are_valid_for_the_installed_webserver():
 
 @pytest.fixture(scope="module")
 def dagster_dev(tmp_path_factory, ops_source):
-    """``dagster dev -m hir_pipeline.definitions`` over a temporary instance with the committed dagster.yaml."""
+    """``dg dev`` started as the README says: in the project root, no ``DAGSTER_HOME`` set, the instance named by
+    the ``.env`` that ``hir setup`` writes (here a temporary one, with the committed dagster.yaml)."""
     root = tmp_path_factory.mktemp("dagster-ui")
     home = root / "dagster_home"
     home.mkdir()
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    project = project_root_copy(root / "project", dagster_home=home)
     env = dagster_env(home, lake=root / "lake", source=ops_source, state=root / "state")
-    ui = DagsterUI(env, root / "dagster-dev.log", daemon=True)
+    del env["DAGSTER_HOME"]
+    ui = DagsterUI(env, root / "dagster-dev.log", project=project, root=root)
     try:
         ui.wait_ready()
         _stop_sensors(ui)

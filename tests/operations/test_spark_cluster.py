@@ -78,7 +78,7 @@ def test_ingestion_graph_and_embeddings_run_on_a_standalone_cluster(cluster, ops
         proc = subprocess.run(
             [str(VENV_BIN / "dagster"), "asset", "materialize", "-m", "hir_pipeline.definitions",
              "--select", selection, "--partition", RUN_DATE, "--config-json", json.dumps(config)],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=1500,
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=1500,  # away from the .env
         )
     assert proc.returncode == 0, log_tail(log, 60)
     assert "RUN_SUCCESS" in log.read_text()
