@@ -264,7 +264,7 @@ class Trainer:
         path = latest_checkpoint(self.cfg.checkpoint_dir) if self.cfg.resume else None
         if path is None:
             return False
-        self.load_state_dict(torch.load(path, map_location=self.device, weights_only=False))
+        self.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
         log.info("resumed from %s (next epoch %d)", path, self.epoch)
         return True
 
