@@ -39,6 +39,8 @@ BASE_CONF: dict[str, str] = {
     "spark.databricks.delta.snapshotPartitions": "8",
     "spark.sql.adaptive.enabled": "true",
     "spark.ui.showConsoleProgress": "false",
+    # The Spark UI has no authentication: nobody may kill a nightly job's stages from it.
+    "spark.ui.killEnabled": "false",
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
@@ -106,6 +108,9 @@ def build_spark_session(
     """
     # Python workers (pandas UDFs, mapInPandas) must run this interpreter, not whatever is on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local"):
+        # The driver (and its unauthenticated UI) listen on loopback only: a local run serves nobody else.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = {**BASE_CONF, "spark.jars": ",".join(str(j) for j in jars), **(conf or {})}
     for key, value in settings.items():
