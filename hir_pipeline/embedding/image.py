@@ -48,18 +48,20 @@ def local_path(uri: str) -> Path | None:
 
 def load_image(uri: str):
     """Open an image as RGB (a PIL image) or return the :class:`ImageError` reason."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     path = local_path(uri)
     if path is None:
         return ImageError.UNSUPPORTED_URI
-    if not path.is_file():
-        return ImageError.MISSING_FILE
     try:
+        if not path.is_file():
+            return ImageError.MISSING_FILE
         with Image.open(path) as img:
             img.load()
             return img.convert("RGB")  # grayscale (L), palette and RGBA all become 3-channel RGB
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError):
+    except Exception:
+        # Decoders of corrupt files raise many types (OSError, SyntaxError, struct.error, EOFError, ValueError, ...):
+        # one bad image is that row's image_error, never a failed job.
         return ImageError.UNREADABLE
 
 

@@ -148,3 +148,31 @@ def test_bfloat16_matches_float32_on_real_models(images):
             if a is not None:
                 assert float(a @ b) > floor, kind
     assert not np.array_equal(fp32.image[0], bf16.image[0])  # bfloat16 really ran: its rounding shows
+
+
+def test_any_corrupt_image_file_is_a_row_error_never_an_exception(tmp_path):
+    """Random byte flips and truncations of valid files of eight formats: each loads or is ``unreadable_image``."""
+    import io
+    import random
+    import warnings
+
+    from hir_pipeline.embedding.image import load_image
+
+    rng = random.Random(0)
+    pixels = np.random.default_rng(0).integers(0, 255, (16, 16, 3), dtype=np.uint8)
+    path = tmp_path / "x"
+    outcomes = set()
+    for fmt in ("PNG", "GIF", "BMP", "JPEG", "TIFF", "WEBP", "ICO", "PPM"):
+        buf = io.BytesIO()
+        Image.fromarray(pixels).save(buf, fmt)
+        for _ in range(60):
+            data = bytearray(buf.getvalue())
+            for _ in range(rng.randint(1, 4)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            path.write_bytes(bytes(data[: rng.randrange(8, len(data))] if rng.random() < 0.3 else data))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # Pillow warns about the corrupt metadata it skips
+                loaded = load_image(str(path))
+            assert loaded == ImageError.UNREADABLE or isinstance(loaded, Image.Image), loaded
+            outcomes.add("error" if isinstance(loaded, str) else "image")
+    assert outcomes == {"error", "image"}
