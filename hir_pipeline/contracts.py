@@ -36,12 +36,16 @@ class Column:
 
 
 _STR = ("string",)
-_TS = ("timestamp", "timestamp_ntz", "date", "string")
 _NUM = ("double", "float", "integer", "long", "short", "byte", "decimal")
+#: Identifiers: strings, or numbers as pandas writes integer IDs (``1.0`` from a float column reads as ``"1"``).
+_ID = ("string", *_NUM)
+#: Timestamps: Parquet/Delta timestamps (pandas' nanosecond ones included), dates, ISO strings, or integer epochs
+#: (seconds, milliseconds, microseconds or nanoseconds, told apart by magnitude).
+_TS = ("timestamp", "timestamp_ntz", "date", "string", "long", "integer")
 
 SOURCE_TABLES: dict[str, tuple[Column, ...]] = {
     "entities": (
-        Column("entity_id", "string", True, _STR),
+        Column("entity_id", "string", True, _ID),
         Column("entity_type", "string", True, _STR),
         Column("title", "string", False, _STR),
         Column("description", "string", False, _STR),
@@ -50,15 +54,15 @@ SOURCE_TABLES: dict[str, tuple[Column, ...]] = {
         Column("created_at", "timestamp", False, _TS),
     ),
     "relations": (
-        Column("src_id", "string", True, _STR),
-        Column("dst_id", "string", True, _STR),
+        Column("src_id", "string", True, _ID),
+        Column("dst_id", "string", True, _ID),
         Column("relation", "string", True, _STR),
         Column("weight", "double", False, _NUM),
     ),
     "events": (
-        Column("event_id", "string", False, _STR),
-        Column("user_id", "string", True, _STR),
-        Column("entity_id", "string", True, _STR),
+        Column("event_id", "string", False, _ID),
+        Column("user_id", "string", True, _ID),
+        Column("entity_id", "string", True, _ID),
         Column("event_type", "string", True, _STR),
         Column("event_ts", "timestamp", True, _TS),
         Column("value", "double", False, _NUM),

@@ -43,6 +43,9 @@ BASE_CONF: dict[str, str] = {
     "spark.ui.killEnabled": "false",
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # pandas writes nanosecond timestamps, which Spark cannot read as timestamps: read them as epoch nanoseconds
+    # (spark_jobs.source_reader.as_timestamp converts them).
+    "spark.sql.legacy.parquet.nanosAsLong": "true",
 }
 
 _RESOLVE_SCRIPT = """

@@ -1,8 +1,19 @@
 """Reading a source folder that follows the source contract (ARCHITECTURE.md "Source contract").
 
 A source is a folder holding ``entities``, ``relations`` and ``events``, each a Delta table or a
-folder (or single file) of Parquet. Schema problems stop the run with one line naming the table and
-column *before anything is written*; row-level problems are left for ingestion to quarantine.
+folder (or single file) of Parquet. Schema problems stop the run with one line naming the table,
+column and fix *before anything is written*; row-level problems are left for ingestion to quarantine.
+
+Sources are read as users write them, e.g. with ``pandas.DataFrame.to_parquet()`` and its defaults:
+
+* nanosecond timestamps, tz-naive (taken as UTC) or tz-aware: Spark cannot read them as timestamps, so the
+  session reads them as epoch nanoseconds (``spark.sql.legacy.parquet.nanosAsLong``, set in
+  ``spark_jobs.session.BASE_CONF``) and :func:`as_timestamp` converts integer epochs by magnitude;
+* all-null columns (pyarrow's ``null`` type, which Spark sees as integers): in a local folder each Parquet file's
+  footer is read first, files are grouped by schema and such a column becomes a typed null;
+* integer or float identifiers: read as strings (``1`` and ``1.0`` are both ``"1"``);
+* ``large_string``, dictionary-encoded strings, int32/int64 and float32/float64 numbers: read as they are;
+* text that is not valid UTF-8: invalid bytes become U+FFFD, never a failed job.
 """
 
 from __future__ import annotations
@@ -14,7 +25,16 @@ from urllib.parse import urlparse
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, StringType
+from pyspark.sql.types import (
+    ByteType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+)
 
 from hir_pipeline.contracts import SOURCE_TABLES
 
@@ -52,27 +72,108 @@ def _locate(spark: SparkSession, root: str, table: str) -> tuple[str, str]:
         return "parquet", path
 
 
+#: How to fix a column of the wrong type, per contract type.
+_FIX = {
+    "string": "write it as text (pandas: df[col].astype('string'))",
+    "timestamp": "write it as a timestamp, a date, an ISO-8601 string or an integer epoch "
+                 "(pandas: pd.to_datetime(df[col]))",
+    "double": "write it as a number (pandas: pd.to_numeric(df[col]))",
+}
+_NUMBER_TYPES = (ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DecimalType)
+
+
 def check_schema(table: str, df: DataFrame) -> None:
     """Raise :class:`SourceError` if a contract column is missing (when required) or mistyped."""
     fields = {f.name: f.dataType for f in df.schema.fields}
     for col in SOURCE_TABLES[table]:
         if col.name not in fields:
             if col.required:
-                raise SourceError(f"{table}.{col.name}: required column is missing")
+                raise SourceError(f"{table}.{col.name}: required column is missing (add it; see the source "
+                                  "contract in README 'Contracts')")
             continue
         found = fields[col.name].typeName()
         if found not in col.accepts:
-            raise SourceError(f"{table}.{col.name}: expected {col.ddl}, found {found}")
+            raise SourceError(f"{table}.{col.name}: expected {col.ddl}, found {found}; {_FIX[col.ddl]}")
+
+
+def _identifier(c: Column, dtype) -> Column:
+    """A numeric identifier as text: integral values without a fraction (``1.0`` -> ``"1"``)."""
+    if isinstance(dtype, FloatType | DoubleType | DecimalType):
+        # pandas writes integer IDs with gaps as float64 with NaN: NaN is a missing ID, 1.0 is "1"
+        missing = F.isnan(c) if isinstance(dtype, FloatType | DoubleType) else F.lit(False)
+        whole = c == F.floor(c)
+        return (F.when(missing, F.lit(None).cast("string"))
+                .when(whole & (F.abs(c) < 9e18), F.floor(c).cast("long").cast("string"))
+                .otherwise(c.cast("string")))
+    return c.cast("string")
 
 
 def conform(table: str, df: DataFrame) -> DataFrame:
-    """Keep the contract columns (absent optional ones as null) plus the raw row as JSON."""
+    """Keep the contract columns (absent optional ones as null) plus the raw row as JSON.
+
+    Text is made valid UTF-8 and numeric identifiers become text; other types stay as read (ingestion
+    types them).
+    """
+    text = {f.name for f in df.schema.fields if isinstance(f.dataType, StringType)}
+    df = df.select(*[F.make_valid_utf8(F.col(f"`{c}`")).alias(c) if c in text else F.col(f"`{c}`")
+                     for c in df.columns])
     raw = F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns]))
-    present = set(df.columns)
-    cols = [
-        F.col(c.name) if c.name in present else F.lit(None).alias(c.name) for c in SOURCE_TABLES[table]
-    ]
+    types = {f.name: f.dataType for f in df.schema.fields}
+    cols = []
+    for c in SOURCE_TABLES[table]:
+        if c.name not in types:
+            cols.append(F.lit(None).alias(c.name))
+        elif c.ddl == "string" and isinstance(types[c.name], _NUMBER_TYPES):
+            cols.append(_identifier(F.col(c.name), types[c.name]).alias(c.name))
+        else:
+            cols.append(F.col(c.name))
     return df.select(*cols, raw.alias(RAW_COLUMN))
+
+
+def _parquet_files(path: Path) -> list[Path]:
+    """The data files of a local Parquet table (a file, or a folder's files, hidden and ``_`` ones skipped)."""
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file() and not any(
+        part.startswith((".", "_")) for part in p.relative_to(path).parts) and not p.name.endswith(".crc"))
+
+
+def _read_local_parquet(spark: SparkSession, table: str, path: str) -> DataFrame:
+    """A local Parquet table, its files grouped by footer schema so that all-null columns read as typed nulls.
+
+    pyarrow writes an all-null column (``null`` type) as integers with an "unknown" annotation: Spark reads it
+    as ``int``, and cannot read it together with files where the column holds text. Each group of files with
+    one schema is read on its own, such columns replaced by nulls of the contract type (text for others),
+    and the groups are unioned by name.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base = Path(path)
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for file in _parquet_files(base):
+        try:
+            schema = pq.read_schema(file)
+        except (pa.ArrowException, OSError) as exc:
+            raise SourceError(f"{table}: {file} is not a readable Parquet file ({exc}); remove or rewrite it") \
+                from exc
+        nulls = tuple(sorted(f.name for f in schema if pa.types.is_null(f.type)))
+        groups.setdefault(nulls, []).append(str(file))
+    if not groups:
+        raise SourceError(f"{table}: {path} holds no Parquet files")
+    ddl = {c.name: c.ddl for c in SOURCE_TABLES[table]}
+    reader = spark.read.format("parquet")
+    if base.is_dir():
+        reader = reader.option("basePath", str(base))  # keeps partition columns (key=value folders)
+    frames = []
+    for nulls, files in groups.items():
+        df = reader.load(files)
+        frames.append(df.select(*[F.lit(None).cast(ddl.get(c, "string")).alias(c) if c in nulls
+                                  else F.col(f"`{c}`") for c in df.columns]))
+    out = frames[0]
+    for df in frames[1:]:
+        out = out.unionByName(df, allowMissingColumns=True)
+    return out
 
 
 def read_source(spark: SparkSession, root: str) -> dict[str, DataFrame]:
@@ -91,7 +192,10 @@ def read_source(spark: SparkSession, root: str) -> dict[str, DataFrame]:
     for table in SOURCE_TABLES:
         fmt, path = _locate(spark, root, table)
         try:
-            df = spark.read.format(fmt).load(path)
+            if fmt == "parquet" and _is_local(path):
+                df = _read_local_parquet(spark, table, path)
+            else:
+                df = spark.read.format(fmt).load(path)
         except AnalysisException as exc:
             raise SourceError(f"source {root}: cannot read table '{table}' at {path}: {exc.getMessage()}") from exc
         check_schema(table, df)
@@ -100,13 +204,24 @@ def read_source(spark: SparkSession, root: str) -> dict[str, DataFrame]:
 
 
 def as_timestamp(df: DataFrame, name: str) -> Column:
-    """The column as a UTC timestamp; unparseable strings become null (never an error)."""
+    """The column as a UTC timestamp; unparseable strings become null (never an error).
+
+    Integers are epochs whose unit is told by magnitude (what a timestamp from 1973 to 5138 needs): below
+    1e11 seconds, below 1e14 milliseconds, below 1e17 microseconds, else nanoseconds (pandas' timestamps, read
+    as epoch nanoseconds).
+    """
     dtype = df.schema[name].dataType
+    c = F.col(name)
     if isinstance(dtype, StringType):
-        return F.try_to_timestamp(F.col(name))
-    if isinstance(dtype, DateType):
-        return F.col(name).cast("timestamp")
-    return F.col(name).cast("timestamp")
+        return F.try_to_timestamp(c)
+    if isinstance(dtype, IntegerType | LongType):
+        size = F.abs(c.cast("double"))
+        micros = (F.when(size < 1e11, c.cast("long") * 1_000_000)
+                  .when(size < 1e14, c.cast("long") * 1_000)
+                  .when(size < 1e17, c.cast("long"))
+                  .otherwise(F.expr(f"`{name}` div 1000")))
+        return F.timestamp_micros(micros)
+    return c.cast("timestamp")
 
 
 def latest_event_date(events: DataFrame) -> dt.date | None:

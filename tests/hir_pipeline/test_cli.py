@@ -72,8 +72,8 @@ def test_wrong_column_type_names_table_and_column(spark, tmp_path):
         str(source / "entities"))
     spark.createDataFrame([("u1", "p1", "r")], "src_id string, dst_id string, relation string").write.parquet(
         str(source / "relations"))
-    spark.createDataFrame([("u1", "p1", "click", 5)], "user_id string, entity_id string, event_type string, "
-                          "event_ts int").write.parquet(str(source / "events"))
+    spark.createDataFrame([("u1", "p1", "click", True)], "user_id string, entity_id string, event_type string, "
+                          "event_ts boolean").write.parquet(str(source / "events"))
     proc = _hir(["materialize", "--source", str(source), "--lake", str(tmp_path / "lake")], tmp_path)
     assert proc.returncode == 2
     assert "events.event_ts" in proc.stderr
