@@ -203,24 +203,44 @@ def read_source(spark: SparkSession, root: str) -> dict[str, DataFrame]:
     return tables
 
 
-def as_timestamp(df: DataFrame, name: str) -> Column:
-    """The column as a UTC timestamp; unparseable strings become null (never an error).
+#: Formats tried, in order, for text that is not ISO-8601 (which is tried first).
+_TEXT_FORMATS = ("yyyy/M/d H:mm:ss", "yyyy/M/d H:mm", "yyyy/M/d")
 
-    Integers are epochs whose unit is told by magnitude (what a timestamp from 1973 to 5138 needs): below
-    1e11 seconds, below 1e14 milliseconds, below 1e17 microseconds, else nanoseconds (pandas' timestamps, read
-    as epoch nanoseconds).
+
+def _from_epoch(c: Column) -> Column:
+    """An integer epoch as a timestamp, its unit told by magnitude (see :func:`as_timestamp`)."""
+    n = c.try_cast("long")  # text beyond the long range is null, not an error
+    size = F.abs(n.cast("double"))
+    micros = (F.when(size < 1e11, n * 1_000_000)
+              .when(size < 1e14, n * 1_000)
+              .when(size < 1e17, n)
+              .otherwise(F.call_function("div", n, F.lit(1000))))  # integral division, exact
+    return F.timestamp_micros(micros)
+
+
+def as_timestamp(df: DataFrame, name: str) -> Column:
+    """The column as a UTC timestamp; what cannot be read becomes null (never an error), and is quarantined.
+
+    * timestamps and dates as they are (tz-naive ones are UTC: the session's time zone);
+    * integers are epochs whose unit is told by magnitude (what a timestamp from 1973 to 5138 needs): below
+      1e11 seconds, below 1e14 milliseconds, below 1e17 microseconds, else nanoseconds (pandas' timestamps,
+      read as epoch nanoseconds);
+    * text: ISO-8601 (``2024-03-01``, ``2024-03-01 10:00:00``, ``2024-03-01T10:00:00.123+02:00``, ``...Z``),
+      then ``yyyy/M/d[ H:mm[:ss]]``, ``yyyyMMdd``, and digits as an epoch. Day-first or month-first dates
+      (``03/01/2024``) are ambiguous and not read.
     """
     dtype = df.schema[name].dataType
     c = F.col(name)
     if isinstance(dtype, StringType):
-        return F.try_to_timestamp(c)
+        text = F.trim(c)
+        return F.coalesce(
+            F.try_to_timestamp(text),
+            *[F.try_to_timestamp(text, F.lit(fmt)) for fmt in _TEXT_FORMATS],
+            F.when(text.rlike(r"^\d{8}$"), F.try_to_timestamp(text, F.lit("yyyyMMdd"))),
+            F.when(text.rlike(r"^-?\d{9,19}$"), _from_epoch(text)),
+        )
     if isinstance(dtype, IntegerType | LongType):
-        size = F.abs(c.cast("double"))
-        micros = (F.when(size < 1e11, c.cast("long") * 1_000_000)
-                  .when(size < 1e14, c.cast("long") * 1_000)
-                  .when(size < 1e17, c.cast("long"))
-                  .otherwise(F.expr(f"`{name}` div 1000")))
-        return F.timestamp_micros(micros)
+        return _from_epoch(c)
     return c.cast("timestamp")
 
 

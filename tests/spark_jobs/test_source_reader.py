@@ -151,3 +151,24 @@ def test_missing_float_id_is_null_and_invalid_utf8_is_replaced(spark, tmp_path):
     tables = read_source(spark, str(tmp_path))
     assert [r["user_id"] for r in tables["events"].collect()] == ["1", None]
     assert tables["entities"].orderBy("entity_id").collect()[0]["title"] == "caf\ufffd"
+
+
+def test_timestamps_as_users_write_them(spark):
+    from spark_jobs.source_reader import as_timestamp
+
+    text = {
+        "2024-03-01": "2024-03-01 00:00:00", " 2024-3-1 ": "2024-03-01 00:00:00",
+        "2024-03-01T10:00:00.123+02:00": "2024-03-01 08:00:00.123", "2024-03-01T10:00:00Z": "2024-03-01 10:00:00",
+        "2024/03/01": "2024-03-01 00:00:00", "2024/3/1 10:05": "2024-03-01 10:05:00",
+        "20240301": "2024-03-01 00:00:00", "1709287200": "2024-03-01 10:00:00",
+        "1709287200123": "2024-03-01 10:00:00.123", "1709287200123456999": "2024-03-01 10:00:00.123456",
+        "03/01/2024": None, "2024-02-30": None, "NaT": None, "": None, "9999999999999999999": None,
+    }
+    df = spark.createDataFrame([(k,) for k in text], "v string")
+    got = {r["v"]: r["t"] for r in df.select("v", as_timestamp(df, "v").cast("string").alias("t")).collect()}
+    assert got == text
+    epochs = {1709287200: "2024-03-01 10:00:00", 1709287200123: "2024-03-01 10:00:00.123",
+              1709287200123456: "2024-03-01 10:00:00.123456", 1709287200123456789: "2024-03-01 10:00:00.123456"}
+    df = spark.createDataFrame([(k,) for k in epochs], "v long")
+    assert {r["v"]: r["t"] for r in df.select("v", as_timestamp(df, "v").cast("string").alias("t")).collect()} \
+        == epochs
