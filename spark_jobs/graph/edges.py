@@ -11,6 +11,7 @@ Catalog edges come from ``relations``. Every edge is stored in both directions, 
 from __future__ import annotations
 
 import datetime as dt
+import sys
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -46,7 +47,8 @@ def activity_edges(events: DataFrame, run_date: dt.date, config: GraphConfig) ->
     ev = ev.where(keep).withColumn("_stage", stage).where(F.col("_stage") > 0)
     stage_weight = F.element_at(F.array(*[F.lit(float(w)) for w in config.stage_weights]), F.col("_stage"))
     age = F.datediff(F.lit(run_date), F.col("_day")).cast("double")
-    decay = F.pow(F.lit(2.0), -age / F.lit(float(config.half_life_days)))
+    # an old event keeps a tiny positive weight: 2 ** -age underflows to 0.0 past ~1074 half lives
+    decay = F.greatest(F.pow(F.lit(2.0), -age / F.lit(float(config.half_life_days))), F.lit(sys.float_info.min))
     agg = ev.groupBy(F.col("user_id").alias("src_id"), F.col("entity_id").alias("dst_id")).agg(
         F.sum(stage_weight * decay).alias("weight"),
         F.count(F.lit(1)).alias("n_events"),

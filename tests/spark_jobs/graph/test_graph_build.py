@@ -234,3 +234,11 @@ def test_nightly_increment_equals_full_recompute(spark, graph):
     affected = {r.entity_id for r in affected_anchors(graph["edges"], edges, 2).collect()}
     assert {"u3", "a011", "hub", "a020", "u0", "c1"} <= affected
     assert "u_new" in affected and not affected & {"u5", "p_iso"}
+
+
+def test_a_very_old_event_keeps_a_positive_weight(spark):
+    from spark_jobs.graph.edges import activity_edges
+
+    old = _events(spark, [("u0", "a000", "click", _ts(RUN - dt.timedelta(days=40_000)))])
+    (edge,) = activity_edges(old, RUN, GraphConfig(half_life_days=1.0)).collect()
+    assert 0 < edge.weight < 1e-300  # 2 ** -40000 underflows to 0.0 without the floor
