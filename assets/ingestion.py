@@ -24,7 +24,7 @@ from hir_pipeline.contracts import EVENT_DATE_COLUMN
 from resources import GraphSettingsResource, LakeResource, SourceResource, SparkResource
 from resources.config_schema import config_class
 from spark_jobs import ingest
-from spark_jobs.delta_io import latest_version, read_table, replace_run_date, replace_where, upsert
+from spark_jobs.delta_io import latest_version, read_table, replace_run_date, replace_where, table_exists, upsert
 from spark_jobs.source_reader import read_source
 
 GROUP = "ingestion"
@@ -113,8 +113,16 @@ def bronze_tables(
     written("relations", counts["relations"]["accepted"], "merged by (src_id, dst_id, relation)")
 
     with step("events"):
-        events_read = ingest.events_read(raw["events"], window).count()
-        events = settle("events", ingest.label_events(raw["events"], known, window, funnel),
+        bounds = accepts.bounds(day)
+        outside = ingest.events_outside(raw["events"], window, bounds)
+        if outside["before"] or outside["after"]:
+            context.log.warning(
+                f"events: {outside['before']:,} source rows dated before and {outside['after']:,} after this run's "
+                f"window ({window.predicate()}) are not read by this run: their own run dates read them")
+        events_read = ingest.events_read(raw["events"], window, bounds).count()
+        earlier = (read_table(session, lake.path("events")).where(f"{EVENT_DATE_COLUMN} < '{window.start}'")
+                   if window.start is not None and table_exists(session, lake.path("events")) else None)
+        events = settle("events", ingest.label_events(raw["events"], known, window, bounds, funnel, earlier),
                         events_read)
         replace_where(ingest.accepted(events, "events"), lake.path("events"), window.predicate(),
                       [EVENT_DATE_COLUMN])
@@ -129,7 +137,7 @@ def bronze_tables(
 
     with step("accounting"):
         quarantined_now, events_now = ingest.recount(session, lake.path, day, window)
-    yield from _results(lake, day, counts, versions, quarantined_now, events_now)
+    yield from _results(lake, day, counts, versions, quarantined_now, events_now, outside)
     suites = bronze_suites(accepts.entity_types, funnel)
     for table in BRONZE:
         df = read_table(session, lake.path(table))
@@ -142,16 +150,19 @@ def bronze_tables(
 
 
 def _results(lake: LakeResource, day: dt.date, counts: dict[str, dict[str, int]], versions: dict[str, int],
-             quarantined_now: dict[str, int], events_now: int):
+             quarantined_now: dict[str, int], events_now: int, outside: dict[str, int]):
     """Materialization metadata, plus the accounting check on the counts re-read from the written tables."""
     for table in BRONZE:
         c = counts[table]
+        extra = ({"unread_before_window": outside["before"], "unread_after_window": outside["after"]}
+                 if table == "events" else {})
         yield dg.MaterializeResult(
             asset_key=table,
             metadata={
                 "dagster/row_count": c["accepted"],
                 "read": c["read"],
                 "quarantined": c["quarantined"],
+                **extra,
                 "run_date": str(day),
                 "delta_version": versions[table],
                 "path": dg.MetadataValue.path(lake.path(table)),

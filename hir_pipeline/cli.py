@@ -94,6 +94,7 @@ def _resolve_partition(source: str, partition: str | None) -> tuple[str, str]:
     """
     from hir_pipeline.settings import default_spark_master
     from resources import SourceResource, SparkResource
+    from spark_jobs.ingest import IngestConfig
     from spark_jobs.source_reader import latest_event_date, read_source
 
     if partition:
@@ -102,7 +103,8 @@ def _resolve_partition(source: str, partition: str | None) -> tuple[str, str]:
     events = read_source(spark, SourceResource(location=source).prepare(spark))["events"]
     if partition:
         return partition, "day"
-    latest = latest_event_date(events)
+    today = dt.datetime.now(dt.UTC).date()
+    latest = latest_event_date(events, not_after=IngestConfig().bounds(today).latest)
     if latest is None:
         raise ValueError(f"source {source!r} has no event with a parseable event_ts")
     return latest.isoformat(), "all"

@@ -80,6 +80,8 @@ class QuarantineReason:
     UNKNOWN_ENTITY_TYPE = "unknown_entity_type"
     UNKNOWN_EVENT_TYPE = "unknown_event_type"
     UNPARSEABLE_TIMESTAMP = "unparseable_timestamp"
+    FUTURE_TIMESTAMP = "future_timestamp"
+    TIMESTAMP_BEFORE_HORIZON = "timestamp_before_horizon"
     INVALID_VALUE = "invalid_value"
     DANGLING_REFERENCE = "dangling_reference"
     DUPLICATE_EVENT_ID = "duplicate_event_id"

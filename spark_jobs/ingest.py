@@ -37,14 +37,49 @@ class IngestConfig:
     Args:
         entity_types: accepted ``entity_type`` values, a subset of ``contracts.ENTITY_TYPES``; an entity of
             another type is quarantined.
+        future_skew_hours: an event later than the end of the run date, or than the wall clock if that is later,
+            by more than this is quarantined as ``future_timestamp`` (no run could ever place it); it is also
+            never taken as a backfill's run date. Allows for clocks and time zones of the event producers.
+        horizon_days: an event older than this many days before the run date is quarantined as
+            ``timestamp_before_horizon`` (e.g. epoch 0 written for a missing time); ``None`` keeps all history.
     """
 
     entity_types: tuple[str, ...] = ENTITY_TYPES
+    future_skew_hours: float = 24.0
+    horizon_days: int | None = 3650
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.entity_types) - set(ENTITY_TYPES))
         if unknown:
             raise ValueError(f"entity_types {unknown} are not in the contract's {ENTITY_TYPES}")
+        if not self.future_skew_hours >= 0:
+            raise ValueError("future_skew_hours must be >= 0")
+        if self.horizon_days is not None and self.horizon_days < 1:
+            raise ValueError("horizon_days must be >= 1 (or None for no horizon)")
+
+    def bounds(self, run_date: dt.date, now: dt.datetime | None = None) -> TimeBounds:
+        """The plausible event times of a run of ``run_date`` (``now``: the wall clock, UTC, default now)."""
+        now = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        end_of_day = dt.datetime.combine(run_date + dt.timedelta(days=1), dt.time())
+        latest = max(end_of_day, now) + dt.timedelta(hours=self.future_skew_hours)
+        earliest = None if self.horizon_days is None else run_date - dt.timedelta(days=self.horizon_days)
+        return TimeBounds(latest=latest, earliest=earliest)
+
+
+@dataclass(frozen=True)
+class TimeBounds:
+    """Event times a run accepts (:meth:`IngestConfig.bounds`).
+
+    Args:
+        latest: UTC timestamp; later events are quarantined as ``future_timestamp`` by every run.
+        earliest: first accepted event date, or ``None``.
+    """
+
+    latest: dt.datetime
+    earliest: dt.date | None = None
+
+    def future(self, ts: Column) -> Column:
+        return ts > F.lit(self.latest)
 
 
 @dataclass(frozen=True)
@@ -81,11 +116,27 @@ class EventWindow:
         return pred if self.start is None else f"{pred} AND {EVENT_DATE_COLUMN} >= '{self.start}'"
 
 
-def events_read(raw: DataFrame, window: EventWindow) -> DataFrame:
-    """The source event rows a run with ``window`` reads: those of its dates, plus every row whose timestamp is
-    missing or unparseable (it cannot be placed on a day, so every run reads and quarantines it)."""
+def _read_mask(ts: Column, window: EventWindow, bounds: TimeBounds) -> Column:
+    """Rows a run reads: those of its dates, plus every row no run can place on a day (a missing, unparseable or
+    future timestamp), which every run reads and quarantines."""
+    return ts.isNull() | bounds.future(ts) | window.contains(F.to_date(ts))
+
+
+def events_read(raw: DataFrame, window: EventWindow, bounds: TimeBounds) -> DataFrame:
+    """The source event rows a run with ``window`` reads (see :func:`_read_mask`)."""
+    return raw.where(_read_mask(as_timestamp(raw, "event_ts"), window, bounds))
+
+
+def events_outside(raw: DataFrame, window: EventWindow, bounds: TimeBounds) -> dict[str, int]:
+    """Source events this run does not read because they belong to other run dates: ``before`` and ``after``
+    its window (reported per run, so nothing is left unread without a count)."""
     ts = as_timestamp(raw, "event_ts")
-    return raw.where(ts.isNull() | window.contains(F.to_date(ts)))
+    day = F.to_date(ts)
+    unread = ~_read_mask(ts, window, bounds)
+    before = day < F.lit(window.start) if window.start is not None else F.lit(False)
+    row = raw.select(F.sum((unread & before).cast("long")).alias("before"),
+                     F.sum((unread & ~before).cast("long")).alias("after")).first()
+    return {"before": int(row["before"] or 0), "after": int(row["after"] or 0)}
 
 
 def _first_missing(table: str) -> Column:
@@ -180,7 +231,9 @@ def label_events(
     raw: DataFrame,
     entities: DataFrame,
     window: EventWindow,
+    bounds: TimeBounds,
     funnel: tuple[str, ...] = DEFAULT_FUNNEL,
+    accepted_before: DataFrame | None = None,
 ) -> DataFrame:
     """Label the event rows this run reads.
 
@@ -188,22 +241,23 @@ def label_events(
         raw: conformed source events.
         entities: every accepted entity (``entity_id``, ``entity_type``).
         window: the dates this run reads. Rows with a parseable timestamp outside it are not read
-            (they belong to another run); rows whose timestamp is missing or unparseable cannot be
-            placed on a day, so every run reads and quarantines them.
+            (they belong to another run); rows whose timestamp is missing, unparseable or in the future
+            cannot be placed on a day, so every run reads and quarantines them.
+        bounds: the plausible event times (future and horizon limits, :meth:`IngestConfig.bounds`).
         funnel: accepted event types, shallow to deep.
+        accepted_before: ``event_id`` of the events already accepted on dates before the window (bronze): a
+            repeat of one is a duplicate, so nightly increments accept what a backfill accepts (the earliest).
     """
     ts = as_timestamp(raw, "event_ts")
     df = raw.withColumn("_ts", ts).withColumn(EVENT_DATE_COLUMN, F.to_date(F.col("_ts")))
-    in_window = F.col(EVENT_DATE_COLUMN) <= F.lit(window.end)
-    if window.start is not None:
-        in_window &= F.col(EVENT_DATE_COLUMN) >= F.lit(window.start)
-    df = _start(df.where(F.col("_ts").isNull() | in_window))
+    df = _start(df.where(_read_mask(F.col("_ts"), window, bounds)))
     users = entities.where(F.col("entity_type") == "user").select(F.col("entity_id").alias("_u"))
     items = entities.where(F.col("entity_type") != "user").select(F.col("entity_id").alias("_i"))
     df = (
         df.join(users.withColumn("_user_ok", F.lit(True)), F.col("user_id") == F.col("_u"), "left").drop("_u")
         .join(items.withColumn("_item_ok", F.lit(True)), F.col("entity_id") == F.col("_i"), "left").drop("_i")
     )
+    too_old = (F.col(EVENT_DATE_COLUMN) < F.lit(bounds.earliest)) if bounds.earliest is not None else F.lit(False)
     missing = _first_missing("events")
     df = _label(df, [
         (missing.isNotNull(), R.MISSING_REQUIRED_FIELD, F.concat(F.lit("missing "), missing)),
@@ -211,6 +265,10 @@ def label_events(
          F.concat(F.lit("event_type '"), F.col("event_type"), F.lit("' is not one of " + ",".join(funnel)))),
         (F.col("_ts").isNull(), R.UNPARSEABLE_TIMESTAMP,
          F.concat(F.lit("event_ts '"), F.col("event_ts").cast("string"), F.lit("'"))),
+        (bounds.future(F.col("_ts")), R.FUTURE_TIMESTAMP,
+         F.concat(F.lit("event_ts "), F.col("_ts").cast("string"), F.lit(f" is after {bounds.latest} UTC"))),
+        (too_old, R.TIMESTAMP_BEFORE_HORIZON,
+         F.concat(F.lit("event_ts "), F.col("_ts").cast("string"), F.lit(f" is before the horizon {bounds.earliest}"))),
         (F.col("value").isNotNull() & _bad_number("value"), R.INVALID_VALUE, F.lit("value is not finite")),
         (F.col("_user_ok").isNull(), R.DANGLING_REFERENCE,
          F.concat(F.lit("user_id '"), F.col("user_id"), F.lit("' is not an entity of type user"))),
@@ -219,8 +277,18 @@ def label_events(
     ])
     derived_id = F.concat(F.lit("derived:"), content_hash("user_id", "entity_id", "event_type", "_ts", "value"))
     df = df.withColumn("event_id", F.coalesce(F.col("event_id"), derived_id))
+    if accepted_before is not None:
+        seen = accepted_before.select(F.col("event_id").alias("_seen_id")).distinct().withColumn("_seen", F.lit(True))
+        df = df.join(seen, F.col("event_id") == F.col("_seen_id"), "left").drop("_seen_id")
+    else:
+        df = df.withColumn("_seen", F.lit(None).cast("boolean"))
+    df = _label(df, [
+        (F.col("_seen").isNotNull(), R.DUPLICATE_EVENT_ID,
+         F.concat(F.lit("event_id '"), F.col("event_id"), F.lit("' already accepted on an earlier date"))),
+    ])
     valid = F.col(REASON).isNull()
-    rank = F.row_number().over(Window.partitionBy("event_id", valid).orderBy(F.col(RAW_COLUMN)))
+    # the earliest copy wins, as a backfill of all dates would keep it
+    rank = F.row_number().over(Window.partitionBy("event_id", valid).orderBy(F.col("_ts"), F.col(RAW_COLUMN)))
     df = _label(df.withColumn("_rank", rank), [
         (F.col("_rank") > 1, R.DUPLICATE_EVENT_ID,
          F.concat(F.lit("event_id '"), F.col("event_id"), F.lit("' already accepted"))),
@@ -228,7 +296,7 @@ def label_events(
     return (
         df.withColumn("event_ts", F.col("_ts"))
         .withColumn("value", F.col("value").cast("double"))
-        .drop("_ts", "_user_ok", "_item_ok", "_rank")
+        .drop("_ts", "_user_ok", "_item_ok", "_rank", "_seen")
     )
 
 

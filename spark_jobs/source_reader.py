@@ -244,7 +244,17 @@ def as_timestamp(df: DataFrame, name: str) -> Column:
     return c.cast("timestamp")
 
 
-def latest_event_date(events: DataFrame) -> dt.date | None:
-    """The UTC date of the latest parseable ``event_ts`` (what a backfill runs *as of*), or None."""
-    row = events.select(F.max(F.to_date(as_timestamp(events, "event_ts"))).alias("d")).first()
-    return None if row is None else row["d"]
+def latest_event_date(events: DataFrame, not_after: dt.datetime) -> dt.date | None:
+    """The UTC date of the latest plausible ``event_ts`` (what a backfill runs *as of*), or None.
+
+    Args:
+        events: conformed source events.
+        not_after: UTC wall clock plus the allowed skew (``IngestConfig.bounds(...).latest``): later events
+            are quarantined, never a run date. The date returned is never after today (UTC) either: a run date
+            is never in the future.
+    """
+    ts = as_timestamp(events, "event_ts")
+    row = events.select(F.max(F.when(ts <= F.lit(not_after), F.to_date(ts))).alias("d")).first()
+    latest = None if row is None else row["d"]
+    today = dt.datetime.now(dt.UTC).date()
+    return None if latest is None else min(latest, today)

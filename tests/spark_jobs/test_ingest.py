@@ -10,7 +10,9 @@ from pyspark.sql import functions as F
 from hir_pipeline.contracts import QuarantineReason as R
 from spark_jobs.ingest import (
     EventWindow,
+    IngestConfig,
     accepted,
+    events_outside,
     events_read,
     label_entities,
     label_events,
@@ -21,6 +23,8 @@ from spark_jobs.ingest import (
 from spark_jobs.source_reader import conform
 
 RUN = dt.date(2024, 3, 2)
+#: The run's time limits as a nightly run the morning after sees them.
+BOUNDS = IngestConfig().bounds(RUN, now=dt.datetime(2024, 3, 3, 6))
 
 
 def _entities(spark):
@@ -97,6 +101,8 @@ def _events(spark):
         (None, "u2", "p1", "impression", "2024-03-02 12:00:00", None),  # id derived
         ("e8", "u2", "p1", "click", "2024-03-01 12:00:00", None),  # another day
         ("e9", "u2", "p1", "click", "2024-03-02 12:00:00", float("inf")),  # invalid value
+        ("e10", "u2", "p1", "click", "2099-01-01 00:00:00", None),  # future: no run can place it
+        ("e11", "u2", "p1", "click", "1970-01-01 00:00:00", None),  # epoch 0: before the horizon
     ]
     cols = "event_id string, user_id string, entity_id string, event_type string, event_ts string, value double"
     return conform("events", spark.createDataFrame(rows, cols))
@@ -105,12 +111,13 @@ def _events(spark):
 def test_event_reasons_and_window(spark):
     entities = accepted(label_entities(_entities(spark)), "entities")
     raw = _events(spark)
-    labelled = label_events(raw, entities, EventWindow.day(RUN))
+    labelled = label_events(raw, entities, EventWindow.day(RUN), BOUNDS)
     ok, bad = accepted(labelled, "events"), quarantined(labelled, "events", RUN)
-    # e8 is another day's event: not read by this run.
-    assert ok.count() + bad.count() == raw.count() - 1
+    # e8 and e11 are other days' events: not read by this run, but counted.
+    assert ok.count() + bad.count() == raw.count() - 2
+    assert events_outside(raw, EventWindow.day(RUN), BOUNDS) == {"before": 2, "after": 0}
     assert _reasons(bad) == sorted([
-        (R.DANGLING_REFERENCE, 3), (R.DUPLICATE_EVENT_ID, 1), (R.INVALID_VALUE, 1),
+        (R.DANGLING_REFERENCE, 3), (R.DUPLICATE_EVENT_ID, 1), (R.FUTURE_TIMESTAMP, 1), (R.INVALID_VALUE, 1),
         (R.MISSING_REQUIRED_FIELD, 1), (R.UNKNOWN_EVENT_TYPE, 1), (R.UNPARSEABLE_TIMESTAMP, 1),
     ])
     got = {r["event_id"]: r for r in ok.collect()}
@@ -118,8 +125,40 @@ def test_event_reasons_and_window(spark):
     derived = [k for k in got if k.startswith("derived:")]
     assert len(derived) == 1
 
-    backfill = label_events(raw, entities, EventWindow(end=RUN))
+    backfill = label_events(raw, entities, EventWindow(end=RUN), BOUNDS)
     assert accepted(backfill, "events").where(F.col("event_id") == "e8").count() == 1
+    reasons = {r["event_id"]: r["_reason"] for r in backfill.collect()}
+    assert reasons["e10"] == R.FUTURE_TIMESTAMP and reasons["e11"] == R.TIMESTAMP_BEFORE_HORIZON
+    assert events_outside(raw, EventWindow(end=RUN), BOUNDS) == {"before": 0, "after": 0}
+
+
+def test_time_bounds_follow_the_run_date_the_clock_and_the_settings():
+    nightly = IngestConfig().bounds(RUN, now=dt.datetime(2024, 3, 3, 6))
+    assert nightly.latest == dt.datetime(2024, 3, 4, 6) and nightly.earliest == RUN - dt.timedelta(days=3650)
+    rerun_of_old_date = IngestConfig().bounds(RUN, now=dt.datetime(2026, 1, 1))
+    assert rerun_of_old_date.latest == dt.datetime(2026, 1, 2)  # events since then are later runs', not future
+    assert IngestConfig(future_skew_hours=0, horizon_days=None).bounds(RUN, now=dt.datetime(2024, 3, 2, 1)) \
+        == type(nightly)(latest=dt.datetime(2024, 3, 3), earliest=None)
+    with pytest.raises(ValueError, match="horizon_days"):
+        IngestConfig(horizon_days=0)
+
+
+def test_an_event_id_accepted_on_an_earlier_date_is_a_duplicate_and_the_earliest_copy_wins(spark):
+    entities = accepted(label_entities(_entities(spark)), "entities")
+    cols = "event_id string, user_id string, entity_id string, event_type string, event_ts string, value double"
+    rows = [("d1", "u1", "p1", "click", "2024-03-01 10:00:00", None),
+            ("d1", "u1", "p1", "click", "2024-03-02 09:00:00", None),  # re-sent the next day
+            ("d2", "u2", "p1", "click", "2024-03-02 10:00:00", None)]
+    raw = conform("events", spark.createDataFrame(rows, cols))
+    day1 = accepted(label_events(raw, entities, EventWindow.day(RUN - dt.timedelta(days=1)), BOUNDS), "events")
+    day2 = label_events(raw, entities, EventWindow.day(RUN), BOUNDS, accepted_before=day1)
+    nightly = sorted((r["event_id"], str(r["event_date"])) for r in day1.unionByName(accepted(day2, "events"))
+                     .collect())
+    backfill = sorted((r["event_id"], str(r["event_date"]))
+                      for r in accepted(label_events(raw, entities, EventWindow(end=RUN), BOUNDS), "events").collect())
+    assert nightly == backfill == [("d1", "2024-03-01"), ("d2", "2024-03-02")]
+    assert [r["detail"] for r in quarantined(day2, "events", RUN).collect()] == [
+        "event_id 'd1' already accepted on an earlier date"]
 
 
 def test_events_read_by_a_window_are_exactly_the_labelled_ones(spark):
@@ -127,8 +166,8 @@ def test_events_read_by_a_window_are_exactly_the_labelled_ones(spark):
     raw = _events(spark)
     for kind, window in (("day", EventWindow.day(RUN)), ("all", EventWindow(end=RUN))):
         assert EventWindow.of(kind, RUN) == window
-        labelled = label_events(raw, entities, window)
-        assert sum(split_counts(labelled)) == events_read(raw, window).count() == labelled.count()
+        labelled = label_events(raw, entities, window, BOUNDS)
+        assert sum(split_counts(labelled)) == events_read(raw, window, BOUNDS).count() == labelled.count()
     assert EventWindow.day(RUN).predicate() == "event_date <= '2024-03-02' AND event_date >= '2024-03-02'"
     assert EventWindow(end=RUN).predicate() == "event_date <= '2024-03-02'"
     with pytest.raises(ValueError, match="unknown ingestion window"):
@@ -138,7 +177,7 @@ def test_events_read_by_a_window_are_exactly_the_labelled_ones(spark):
 @pytest.mark.parametrize("reason", [R.MISSING_REQUIRED_FIELD, R.DANGLING_REFERENCE])
 def test_detail_names_the_problem(spark, reason):
     entities = accepted(label_entities(_entities(spark)), "entities")
-    bad = quarantined(label_events(_events(spark), entities, EventWindow.day(RUN)), "events", RUN)
+    bad = quarantined(label_events(_events(spark), entities, EventWindow.day(RUN), BOUNDS), "events", RUN)
     details = [r["detail"] for r in bad.where(F.col("reason") == reason).collect()]
     assert details and all(d for d in details)
     assert any(("user_id" in d) for d in details)

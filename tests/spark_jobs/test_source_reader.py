@@ -172,3 +172,18 @@ def test_timestamps_as_users_write_them(spark):
     df = spark.createDataFrame([(k,) for k in epochs], "v long")
     assert {r["v"]: r["t"] for r in df.select("v", as_timestamp(df, "v").cast("string").alias("t")).collect()} \
         == epochs
+
+
+def test_a_backfill_run_date_ignores_future_events_and_is_never_in_the_future(spark):
+    import datetime as dt
+
+    from spark_jobs.source_reader import latest_event_date
+
+    today = dt.datetime.now(dt.UTC).date()
+    tomorrow = today + dt.timedelta(days=1)
+    rows = [("2024-03-01 10:00:00",), ("2099-01-01 00:00:00",), ("garbage",)]
+    events = spark.createDataFrame(rows, "event_ts string")
+    assert latest_event_date(events, not_after=dt.datetime(2025, 1, 1)) == dt.date(2024, 3, 1)
+    events = spark.createDataFrame([*rows, (f"{tomorrow} 01:00:00",)], "event_ts string")
+    assert latest_event_date(events, not_after=dt.datetime.combine(tomorrow, dt.time(12))) == today
+    assert latest_event_date(spark.createDataFrame([("x",)], "event_ts string"), dt.datetime(2025, 1, 1)) is None
