@@ -41,17 +41,40 @@ def test_rerun_of_a_partition_replaces_it_and_check_passes(spark, ingested_lake)
 
 
 @pytest.mark.slow
-def test_day_window_replaces_only_that_day(spark, ingested_lake):
-    events_path = ingested_lake["lake"].path("events")
+def test_day_window_replaces_only_that_day(spark, ingested_lake, tiny_source, tmp_path):
+    """On a copy of the lake, with a source that gained events on the run date, on an earlier day and after the
+    run date: only the run date's rows change, and nothing after it is written (the shared lake stays as it is)."""
+    import datetime as dt
+    import shutil
+
+    from tests.assets.conftest import make_resources
+
+    lake_root = tmp_path / "lake"
+    shutil.copytree(ingested_lake["lake"].root, lake_root)
+    source = tmp_path / "source"
+    shutil.copytree(tiny_source, source)
+    run = dt.date.fromisoformat(RUN_DATE)
+    events = spark.read.parquet(str(tiny_source / "events"))
+    seed = events.where(F.to_date("event_ts") == F.lit(run)).limit(3)
+    shifted = [seed.withColumn("event_id", F.concat(F.lit(f"added-{days}-"), F.col("event_id")))
+               .withColumn("event_ts", F.col("event_ts") + F.expr(f"INTERVAL {days} DAYS")) for days in (0, -2, 1)]
+    shifted[0].unionByName(shifted[1]).unionByName(shifted[2]).write.mode("append").parquet(str(source / "events"))
+
+    resources = make_resources(spark, lake_root, source)
+    events_path = resources["lake"].path("events")
     per_day = dict(read_table(spark, events_path).groupBy("event_date").count().collect())
-    result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=ingested_lake,
+    result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=resources,
                             run_config=ingestion_run_config("day"))
     assert result.success
     after = dict(read_table(spark, events_path).groupBy("event_date").count().collect())
-    assert after == per_day
+    assert after[run] == per_day[run] + 3  # the run date's rows replaced, with the new ones
+    assert {d: n for d, n in after.items() if d != run} == {d: n for d, n in per_day.items() if d != run}
+    assert read_table(spark, events_path).where(F.col("event_date") > F.lit(RUN_DATE)).count() == 0
     materialized = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("bronze_tables")}
     assert set(materialized) == {"entities", "relations", "events", "quarantine"}
-    assert read_table(spark, events_path).where(F.col("event_date") > F.lit(RUN_DATE)).count() == 0
+    assert materialized["events"]["unread_after_window"].value == 3
+    assert materialized["events"]["unread_before_window"].value == events.where(
+        F.to_date("event_ts") < F.lit(run)).count() + 3
 
 
 @pytest.mark.slow
