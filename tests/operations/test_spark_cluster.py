@@ -90,7 +90,8 @@ def test_ingestion_graph_and_embeddings_run_on_a_standalone_cluster(cluster, ops
     # ... and its executor, in the worker's own folder, fetched the Delta jars from the driver and ran the tasks.
     executor_dirs = list(cluster.work_dir.glob(f"{apps[0]['id']}/*"))
     assert executor_dirs, f"no executor folder under {cluster.work_dir}"
-    assert any(d.glob("io.delta_delta-spark_*.jar") for d in executor_dirs)
+    fetched = [j for d in executor_dirs for j in d.glob("io.delta_delta-spark_*.jar")]
+    assert fetched, f"no Delta jar fetched into {executor_dirs}"
     stderr = "\n".join((d / "stderr").read_text(errors="replace") for d in executor_dirs)
     assert "Finished task" in stderr and "Running task" in stderr
 
