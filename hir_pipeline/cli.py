@@ -97,8 +97,11 @@ def _resolve_partition(source: str, partition: str | None) -> tuple[str, str]:
     from spark_jobs.ingest import IngestConfig
     from spark_jobs.source_reader import latest_event_date, read_source
 
-    if partition:
-        dt.date.fromisoformat(partition)  # fail fast on a malformed date
+    if partition:  # fail fast on a malformed date
+        try:
+            dt.date.fromisoformat(partition)
+        except ValueError:
+            raise ValueError(f"--partition {partition!r} is not a date (YYYY-MM-DD)") from None
     spark = SparkResource(master=default_spark_master()).get_session()
     events = read_source(spark, SourceResource(location=source).prepare(spark))["events"]
     if partition:
@@ -117,15 +120,16 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     from hir_pipeline.definitions import NIGHTLY_JOB, build_definitions
 
     dagster_home()
+    read_run_config(args.config)  # a missing or broken file fails before Spark starts
     lake = args.lake or default_lake_root()
     partition, window = _resolve_partition(args.source, args.partition)
     print(f"hir: source={args.source} lake={lake} run date={partition} ingestion window={window}", flush=True)
     defs = build_definitions(lake_root=lake, source=args.source)
-    job = defs.resolve_job_def(NIGHTLY_JOB)
+    nightly = job = defs.resolve_job_def(NIGHTLY_JOB)
     if args.select:
         job = job.get_subset(asset_selection=set(dg.AssetSelection.from_string(args.select).resolve(
             defs.resolve_asset_graph())))
-    run_config = load_run_config(args.config, job)
+    run_config = load_run_config(args.config, job, known_ops=nightly.graph.node_dict)
     if _selects_ingestion(job):
         run_config.setdefault("ops", {}).setdefault("bronze_tables", {}).setdefault("config", {})["window"] = window
     result = job.execute_in_process(
@@ -189,21 +193,49 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def read_run_config(path: str | None) -> dict:
-    """The run-config YAML file at ``path`` (``ops: {asset: {config: ...}}``, ``resources: ...``), or ``{}``."""
+    """The run-config YAML file at ``path`` (``ops: {asset: {config: ...}}``, ``resources: ...``), or ``{}``.
+
+    Raises:
+        ValueError: the file is missing or unreadable, is not YAML, or is not a mapping (one clear line).
+    """
     if not path:
         return {}
     import yaml
 
-    return yaml.safe_load(Path(path).read_text()) or {}
+    try:
+        config = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as exc:
+        raise ValueError(f"run config {path}: cannot read it ({exc.strerror or exc})") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"run config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"run config {path}: expected a mapping with 'ops' and/or 'resources'")
+    return config
 
 
-def load_run_config(path: str | None, job) -> dict:
-    """Dagster run config from a YAML file (``ops: {asset: {config: ...}}``), keeping only selected assets."""
+def load_run_config(path: str | None, job, known_ops: Collection[str] | None = None) -> dict:
+    """Dagster run config from a YAML file (``ops: {asset: {config: ...}}``), keeping only selected assets.
+
+    Args:
+        path: the YAML file, or ``None``.
+        job: the job that runs (possibly a subset of the nightly job).
+        known_ops: the ops of the whole job; an op of the file that is not one of them is an error naming it,
+            never silently ignored (default: ``job``'s own).
+    """
     if not path:
         return {}
     config = read_run_config(path)
     selected = set(job.graph.node_dict)
-    config["ops"] = {op: value for op, value in (config.get("ops") or {}).items() if op in selected}
+    known = set(known_ops) if known_ops is not None else selected
+    ops = config.get("ops") or {}
+    unknown = sorted(set(ops) - known)
+    if unknown:
+        raise ValueError(f"run config {path}: unknown op(s) {unknown} under 'ops' (known: {sorted(known)})")
+    resources = set(job.resource_defs) - {"io_manager"}
+    unknown = sorted(set(config.get("resources") or {}) - resources)
+    if unknown:
+        raise ValueError(f"run config {path}: unknown resource(s) {unknown} (known: {sorted(resources)})")
+    config["ops"] = {op: value for op, value in ops.items() if op in selected}
     return config
 
 
@@ -287,6 +319,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except (SourceError, ValueError) as exc:  # bad input: one clear line, nothing written
         print(f"hir: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        import dagster as dg
+
+        if not isinstance(exc, dg.DagsterInvalidConfigError):
+            raise
+        errors = "; ".join(e.message for e in exc.errors) or str(exc).splitlines()[0]
+        print(f"hir: error: invalid run config: {errors}", file=sys.stderr)
         return 2
 
 

@@ -136,3 +136,47 @@ def test_evaluate_standalone_prints_and_writes_the_report(spark, tmp_path):
     metrics = spark.read.format("delta").load(str(lake / "evaluation_metrics"))
     assert {r.method for r in metrics.select("method").distinct().collect()} == {"hir", "hir_mean_user", "popularity",
                                                                               "content"}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["materialize", "--config", "no/such.yaml"], "run config no/such.yaml: cannot read it"),
+    (["materialize", "--config", "{bad"], None),  # replaced by a file with broken YAML below
+    (["materialize", "--config", "[list]"], None),  # replaced by a file holding a list below
+    (["evaluate", "--config", "no/such.yaml"], "run config no/such.yaml: cannot read it"),
+])
+def test_bad_config_files_are_one_line_and_exit_status_2(tmp_path, capsys, monkeypatch, argv, message):
+    from hir_pipeline.cli import main
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    if message is None:
+        (tmp_path / "c.yaml").write_text(argv[-1] if argv[-1] != "[list]" else "- a\n- b\n")
+        message = "not valid YAML" if argv[-1] == "{bad" else "expected a mapping"
+        argv = [*argv[:-1], str(tmp_path / "c.yaml")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hir: error: run config") and message in err[0], err
+
+
+def test_unknown_ops_and_resources_in_a_run_config_name_the_key(tmp_path):
+    from hir_pipeline.cli import load_run_config
+    from hir_pipeline.definitions import NIGHTLY_JOB, defs
+
+    nightly = defs.resolve_job_def(NIGHTLY_JOB)
+    subset = nightly.get_subset(op_selection=["bronze_tables"])
+    path = tmp_path / "c.yaml"
+    path.write_text("ops:\n  interest_modle:\n    config: {}\n")
+    with pytest.raises(ValueError, match=r"unknown op\(s\) \['interest_modle'\]"):
+        load_run_config(str(path), subset, known_ops=nightly.graph.node_dict)
+    path.write_text("resources:\n  sprak:\n    config: {}\n")
+    with pytest.raises(ValueError, match=r"unknown resource\(s\) \['sprak'\]"):
+        load_run_config(str(path), nightly)
+    path.write_text("ops:\n  interest_model:\n    config: {torch_threads: 1}\n")  # known, not selected: dropped
+    assert load_run_config(str(path), subset, known_ops=nightly.graph.node_dict)["ops"] == {}
+
+
+def test_a_bad_partition_date_is_one_line_and_exit_status_2(tmp_path, capsys, monkeypatch):
+    from hir_pipeline.cli import main
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    assert main(["materialize", "--partition", "2024-13-01"]) == 2
+    assert capsys.readouterr().err.strip() == "hir: error: --partition '2024-13-01' is not a date (YYYY-MM-DD)"
