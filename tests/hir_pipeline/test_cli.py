@@ -180,3 +180,12 @@ def test_a_bad_partition_date_is_one_line_and_exit_status_2(tmp_path, capsys, mo
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     assert main(["materialize", "--partition", "2024-13-01"]) == 2
     assert capsys.readouterr().err.strip() == "hir: error: --partition '2024-13-01' is not a date (YYYY-MM-DD)"
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"hir {version('hir-pipeline')}"
