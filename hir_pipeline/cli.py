@@ -72,9 +72,10 @@ def ui_command() -> str:
 def cmd_setup(args: argparse.Namespace) -> int:
     """Resolve the Delta jars and fetch the sample data into the cache (idempotent, needs network once)."""
     from hir_pipeline.data.fetch import fetch_fashion_mnist, movielens_files
-    from spark_jobs.session import ensure_delta_jars
+    from spark_jobs.session import check_java, ensure_delta_jars
 
     cache = cache_dir()
+    print(f"Java:             {check_java()}")
     print(f"Delta jars:       {', '.join(p.name for p in ensure_delta_jars(cache))}")
     files = movielens_files(cache)
     print(f"MovieLens-100k:   {files['inter'].parent}")
@@ -323,11 +324,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Third-party libraries (GX, py4j) are chatty at INFO; Dagster's own run logs still print.
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    from spark_jobs.session import JavaUnavailable
     from spark_jobs.source_reader import SourceError
 
     try:
         return int(args.func(args) or 0)
-    except (SourceError, ValueError) as exc:  # bad input: one clear line, nothing written
+    except (SourceError, ValueError, JavaUnavailable) as exc:  # bad input or machine: one line, nothing written
         print(f"hir: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,6 +63,40 @@ class DeltaJarsUnavailable(RuntimeError):
     """The Delta jars are neither cached nor resolvable (offline on a fresh machine)."""
 
 
+class JavaUnavailable(RuntimeError):
+    """No Java, or a Java older than Spark needs, for the Spark driver."""
+
+
+#: Java versions Spark 4.0 runs on.
+SUPPORTED_JAVA = (17, 21)
+
+
+def check_java() -> int:
+    """The major version of the Java Spark will start (``JAVA_HOME``'s, else the one on ``PATH``).
+
+    Raises:
+        JavaUnavailable: none found, or one Spark does not support; the message is one line saying how to fix it.
+    """
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    where = f"JAVA_HOME={home}" if home else "PATH"
+    if not java or not Path(java).exists():
+        raise JavaUnavailable(f"no Java found (looked at {where}); Spark needs Java {SUPPORTED_JAVA[0]} or "
+                              f"{SUPPORTED_JAVA[1]}: install one (e.g. apt-get install openjdk-17-jre-headless) "
+                              "or set JAVA_HOME")
+    proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    text = proc.stderr + proc.stdout
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', text)
+    major = None if match is None else int(match.group(1))
+    if major == 1 and match.group(2):  # "1.8.0" is Java 8
+        major = int(match.group(2))
+    if major not in SUPPORTED_JAVA:
+        found = f"Java {major}" if major else "a Java whose version could not be read"
+        raise JavaUnavailable(f"{found} at {java}; Spark needs Java {SUPPORTED_JAVA[0]} or {SUPPORTED_JAVA[1]}: "
+                              "install one or point JAVA_HOME at it")
+    return major
+
+
 def ensure_delta_jars(cache_dir: Path) -> list[Path]:
     """Return the cached Delta jars, resolving them from Maven Central the first time.
 
@@ -73,6 +108,7 @@ def ensure_delta_jars(cache_dir: Path) -> list[Path]:
     wanted = [jars_dir / name for name in DELTA_JARS]
     if all(p.exists() for p in wanted):
         return wanted
+    check_java()
     ivy_dir = cache_dir / "ivy"
     ivy_dir.mkdir(parents=True, exist_ok=True)
     log.info("Resolving %s into %s (one time, needs Maven Central)", DELTA_PACKAGE, ivy_dir)
@@ -114,6 +150,8 @@ def build_spark_session(
     if master.startswith("local"):
         # The driver (and its unauthenticated UI) listen on loopback only: a local run serves nobody else.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if SparkSession.getActiveSession() is None:
+        check_java()  # one clear line instead of a JVM launch error
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = {**BASE_CONF, "spark.jars": ",".join(str(j) for j in jars), **(conf or {})}
     for key, value in settings.items():

@@ -38,3 +38,31 @@ def test_local_spark_ui_listens_on_loopback_only_without_kill_button():
     assert out["loopback"] == 200
     assert out["external"], "this machine has no non-loopback IPv4 address to probe from"
     assert set(out["external"].values()) == {"refused"}, out
+
+
+def _fake_java(folder, version_line: str):
+    java = folder / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text(f"#!/bin/sh\necho '{version_line}' >&2\n")
+    java.chmod(0o755)
+    return folder
+
+
+def test_missing_or_old_java_is_one_line_saying_what_to_do(tmp_path, monkeypatch, capsys):
+    import pytest
+
+    from hir_pipeline.cli import main
+    from spark_jobs.session import JavaUnavailable, check_java
+
+    monkeypatch.setenv("JAVA_HOME", str(_fake_java(tmp_path / "jdk21", 'openjdk version "21.0.2" 2024-01-16')))
+    assert check_java() == 21
+    monkeypatch.setenv("JAVA_HOME", str(_fake_java(tmp_path / "jdk8", 'java version "1.8.0_392"')))
+    with pytest.raises(JavaUnavailable, match=r"^Java 8 at .*jdk8/bin/java; Spark needs Java 17 or 21"):
+        check_java()
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
+    with pytest.raises(JavaUnavailable, match="no Java found"):
+        check_java()
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    assert main(["setup", "--skip-images"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hir: error: no Java found"), err
