@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 import requests
 
+from tests.prerequisites import missing
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
@@ -246,7 +248,7 @@ class Browser:
     def __init__(self, profile: Path, log: Path, width: int = 1600, height: int = 1000):
         binary = chromium_binary()
         if binary is None:
-            pytest.skip("Debian's chromium is not installed (scripts/install_test_services.sh could not install it)")
+            missing("Debian's chromium", "run scripts/install_test_services.sh (apt-get install chromium)")
         profile.mkdir(parents=True, exist_ok=True)
         port_file = profile / "DevToolsActivePort"
         port_file.unlink(missing_ok=True)  # a stale one from an earlier browser would point at a dead port
@@ -366,7 +368,7 @@ class Postgres:
         """
         bindir = postgres_bin_dir()
         if bindir is None:
-            pytest.skip("Debian's postgresql is not installed (scripts/install_test_services.sh could not install it)")
+            missing("Debian's postgresql", "run scripts/install_test_services.sh (apt-get install postgresql)")
         self.bindir, self.user, self.password = bindir, user, password
         self.port = free_port()
         # A folder the server's user owns: pytest's tmp folders are private to root.
@@ -381,7 +383,8 @@ class Postgres:
             try:
                 owner = pwd.getpwnam("postgres")
             except KeyError:
-                pytest.skip("running as root and there is no 'postgres' user to run PostgreSQL as")
+                missing("a 'postgres' user to run PostgreSQL as (running as root)",
+                        "apt-get install postgresql creates it")
             self._as = ["runuser", "-u", "postgres", "--"]
             blocked = [p for p in root.parents if not p.stat().st_mode & 0o001]
             if blocked:  # pytest's tmp folders are private to root: use one under /tmp

@@ -15,6 +15,7 @@ from hir_pipeline.data.fetch import (
     movielens_files,
 )
 from hir_pipeline.settings import cache_dir
+from tests.prerequisites import missing
 
 
 def _lines(path) -> int:
@@ -50,7 +51,7 @@ def test_fashion_mnist_loads_real_images():
     try:
         folder = fetch_fashion_mnist(cache_dir())
     except DataUnavailable as exc:  # not a Debian system / no package index reachable
-        pytest.skip(str(exc))
+        missing("Fashion-MNIST", f"{exc}; run .venv/bin/hir setup on a Debian system")
     images, labels = load_fashion_mnist(folder, "t10k")
     assert images.shape == (10_000, 28, 28) and images.dtype == np.uint8
     assert labels.shape == (10_000,)

@@ -14,6 +14,7 @@ from hir_pipeline.embedding.content_hash import model_identifier
 from hir_pipeline.embedding.embedder import ContentEmbedder, entity_text
 from hir_pipeline.embedding.image import EFFICIENTNET_LITE0_DIM, ImageEncoder, ImageError
 from hir_pipeline.settings import cache_dir
+from tests.prerequisites import missing
 from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
 
@@ -71,7 +72,7 @@ def _read_idx(path: Path) -> np.ndarray:
 def test_real_fashion_mnist_same_class_is_closer(efficientnet, tmp_path):
     found = _fashion_mnist_files()
     if found is None:
-        pytest.skip(f"no Fashion-MNIST idx files under {cache_dir() / 'data'}")
+        missing(f"Fashion-MNIST idx files under {cache_dir() / 'data'}", "run .venv/bin/hir setup")
     pixels, labels = _read_idx(found[0]), _read_idx(found[1])
     classes = (1, 7, 8)  # trouser, sneaker, bag: visually distinct
     uris, ys = [], []

@@ -25,6 +25,7 @@ from spark_jobs.sources.synthetic import (
     synthetic_window,
     write_synthetic_source,
 )
+from tests.prerequisites import missing
 
 # Higher funnel rates than the defaults so a small test sees enough deep events for tight bounds.
 CFG = SyntheticConfig(seed=11, n_events=20_000, n_users=300, n_products=300, n_advertisers=16,
@@ -184,7 +185,7 @@ def test_images_are_real_fashion_mnist(spark, source, images_dir):
     ent = _table(spark, out, "entities")
     if images_dir is None:
         assert ent.where("image_uri is not null").count() == 0
-        pytest.skip("dataset-fashion-mnist could not be fetched here")
+        missing("dataset-fashion-mnist", "run .venv/bin/hir setup on a Debian system")
     rows = ent.where("entity_type = 'product'").select("image_uri").collect()
     assert all(r.image_uri and r.image_uri.startswith(str(out)) for r in rows)
     assert len(list((out / "images").glob("*.png"))) == CFG.n_products
