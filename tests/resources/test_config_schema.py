@@ -12,13 +12,13 @@ import dagster as dg
 import pydantic
 import pytest
 
+from assets.content_embeddings import ContentEmbeddingConfig
 from assets.evaluation import EvaluationConfig
 from assets.ingestion import IngestionConfig
-from assets.knowledge import ContentEmbeddingConfig
 from assets.model import TrainingConfig
 from assets.publish import PublishConfig
+from hir_pipeline.content_embeddings.config import EmbeddingConfig, FusionConfig
 from hir_pipeline.definitions import NIGHTLY_JOB, defs
-from hir_pipeline.embedding.config import EmbeddingConfig, FusionConfig
 from hir_pipeline.evaluation.baselines import ALSConfig, LightGCNConfig
 from hir_pipeline.evaluation.runner import EvaluationSettings
 from hir_pipeline.model.config import ModelConfig, TrainConfig

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from hir_pipeline.embedding.attributes import DEFAULT_ID_KEYS
+from hir_pipeline.content_embeddings.attributes import DEFAULT_ID_KEYS
 
 #: ``image_model`` value selecting the bundled EfficientNet-Lite0 (any other value is a transformers folder/name).
 EFFICIENTNET_LITE0 = "efficientnet-lite0"
@@ -68,7 +68,7 @@ def resolve_model_folder(name_or_path: str) -> Path:
 
 @dataclass(frozen=True)
 class FusionConfig:
-    """How the modality vectors are fused into one entity vector (see :mod:`hir_pipeline.embedding.fusion`).
+    """How the modality vectors are fused into one entity vector (see :mod:`hir_pipeline.content_embeddings.fusion`).
 
     Each modality vector is L2-normalised, scaled by ``sqrt(weight)`` and written into its own fixed slot of the
     output; an absent modality leaves its slot zero; the concatenation is L2-normalised again. For two entities
@@ -120,8 +120,8 @@ class EmbeddingConfig:
         attributes_dim: width of the hashed structured-metadata vector. *(re-embeds)*
         attributes_id_keys: regular expression (``re.search``) over each attribute key; a matching key names an
             identifier and is dropped with its value (default: ``id``, ``*_id``, ``*Id``, ``sku``, ``ean``, ``upc``,
-            ``gtin``, ``isbn``, ``asin``, ``uuid``, ``guid``, ``*_mid``; see ``hir_pipeline.embedding.attributes``).
-            *(re-embeds)*
+            ``gtin``, ``isbn``, ``asin``, ``uuid``, ``guid``, ``*_mid``; see
+            ``hir_pipeline.content_embeddings.attributes``). *(re-embeds)*
         attributes_number_digits: a number is bucketed at 1 .. this many significant digits (nearby values share
             the coarse buckets). *(re-embeds)*
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from hir_pipeline.embedding.config import resolve_model_folder
+from hir_pipeline.content_embeddings.config import resolve_model_folder
 
 log = logging.getLogger(__name__)
 

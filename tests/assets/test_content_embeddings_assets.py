@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
-from assets.knowledge import CHECK_QUALITY, content_embeddings, quality_expectations, quality_frame
+from assets.content_embeddings import CHECK_QUALITY, content_embeddings, quality_expectations, quality_frame
 from assets.quality import validate
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
 from spark_jobs.delta_io import latest_version, read_table

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from hir_pipeline.embedding.config import EmbeddingConfig
-from hir_pipeline.embedding.content_hash import model_identifier
-from hir_pipeline.embedding.embedder import ContentEmbedder, entity_text
-from hir_pipeline.embedding.image import EFFICIENTNET_LITE0_DIM, ImageEncoder, ImageError
+from hir_pipeline.content_embeddings.config import EmbeddingConfig
+from hir_pipeline.content_embeddings.content_hash import model_identifier
+from hir_pipeline.content_embeddings.embedder import ContentEmbedder, entity_text
+from hir_pipeline.content_embeddings.image import EFFICIENTNET_LITE0_DIM, ImageEncoder, ImageError
 from hir_pipeline.settings import cache_dir
 from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
@@ -156,7 +156,7 @@ def test_any_corrupt_image_file_is_a_row_error_never_an_exception(tmp_path):
     import random
     import warnings
 
-    from hir_pipeline.embedding.image import load_image
+    from hir_pipeline.content_embeddings.image import load_image
 
     rng = random.Random(0)
     pixels = np.random.default_rng(0).integers(0, 255, (16, 16, 3), dtype=np.uint8)

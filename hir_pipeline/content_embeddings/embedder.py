@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hir_pipeline.embedding.attributes import encode_attributes
-from hir_pipeline.embedding.config import EFFICIENTNET_LITE0, EmbeddingConfig
-from hir_pipeline.embedding.fusion import Fusion
-from hir_pipeline.embedding.image import EFFICIENTNET_LITE0_DIM, ImageEncoder
-from hir_pipeline.embedding.text import TextEncoder
+from hir_pipeline.content_embeddings.attributes import encode_attributes
+from hir_pipeline.content_embeddings.config import EFFICIENTNET_LITE0, EmbeddingConfig
+from hir_pipeline.content_embeddings.fusion import Fusion
+from hir_pipeline.content_embeddings.image import EFFICIENTNET_LITE0_DIM, ImageEncoder
+from hir_pipeline.content_embeddings.text import TextEncoder
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class EmbeddedBatch:
         image: unit native image features or ``None`` (no image, or it failed).
         attributes: unit hashed attribute vector or ``None``.
         fused: unit fused vector, or ``None`` when the entity had no usable modality.
-        image_error: ``None`` or the :class:`~hir_pipeline.embedding.image.ImageError` reason.
+        image_error: ``None`` or the :class:`~hir_pipeline.content_embeddings.image.ImageError` reason.
     """
 
     text: list[np.ndarray | None]

@@ -16,8 +16,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from hir_pipeline.embedding.attributes import ATTRIBUTES_ENCODER_VERSION
-from hir_pipeline.embedding.config import EFFICIENTNET_LITE0, EmbeddingConfig, resolve_model_folder
+from hir_pipeline.content_embeddings.attributes import ATTRIBUTES_ENCODER_VERSION
+from hir_pipeline.content_embeddings.config import EFFICIENTNET_LITE0, EmbeddingConfig, resolve_model_folder
 
 #: Fields of an entity that feed the encoders, in hash order.
 CONTENT_FIELDS: tuple[str, ...] = ("title", "description", "image_uri", "attributes")

@@ -3,6 +3,6 @@ hashing), fused into one unit vector per content entity. Torch + transformers on
 at scale is :mod:`spark_jobs.content_embeddings`.
 """
 
-from hir_pipeline.embedding.config import EmbeddingConfig, FusionConfig
+from hir_pipeline.content_embeddings.config import EmbeddingConfig, FusionConfig
 
 __all__ = ["EmbeddingConfig", "FusionConfig"]

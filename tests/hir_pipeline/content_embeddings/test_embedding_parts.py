@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from hir_pipeline.embedding.attributes import encode_attributes, number_buckets, parse_attributes
-from hir_pipeline.embedding.config import EmbeddingConfig, FusionConfig
-from hir_pipeline.embedding.content_hash import content_hash, model_identifier
-from hir_pipeline.embedding.fusion import Fusion, orthonormal_projection
+from hir_pipeline.content_embeddings.attributes import encode_attributes, number_buckets, parse_attributes
+from hir_pipeline.content_embeddings.config import EmbeddingConfig, FusionConfig
+from hir_pipeline.content_embeddings.content_hash import content_hash, model_identifier
+from hir_pipeline.content_embeddings.fusion import Fusion, orthonormal_projection
 from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
 

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 import torch
 
-from hir_pipeline.embedding.config import EFFICIENTNET_LITE0, EmbeddingConfig, resolve_model_folder
+from hir_pipeline.content_embeddings.config import EFFICIENTNET_LITE0, EmbeddingConfig, resolve_model_folder
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from pyspark.sql import functions as F
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_stages
 from assets.quality import validate
+from hir_pipeline.content_embeddings.config import EFFICIENTNET_LITE0, EmbeddingConfig, resolve_model_folder
+from hir_pipeline.content_embeddings.content_hash import model_identifier
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
-from hir_pipeline.embedding.config import EFFICIENTNET_LITE0, EmbeddingConfig, resolve_model_folder
-from hir_pipeline.embedding.content_hash import model_identifier
 from resources import LakeResource, SparkResource
 from resources.config_schema import config_class
 from spark_jobs.content_embeddings import embed_content

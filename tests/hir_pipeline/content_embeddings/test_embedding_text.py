@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hir_pipeline.embedding.config import default_text_model
-from hir_pipeline.embedding.text import TextEncoder, length_order
+from hir_pipeline.content_embeddings.config import default_text_model
+from hir_pipeline.content_embeddings.text import TextEncoder, length_order
 from tests.tiny_models import build_tiny_text_model
 
 TEXTS = [

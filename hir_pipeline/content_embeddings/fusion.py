@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hir_pipeline.embedding.config import FusionConfig
+from hir_pipeline.content_embeddings.config import FusionConfig
 
 
 def orthonormal_projection(in_dim: int, out_dim: int, seed: int) -> np.ndarray:
