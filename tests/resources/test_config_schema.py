@@ -25,7 +25,7 @@ from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.publish.stable_ids import MatchConfig
 from resources import GraphSettingsResource, ModelSettingsResource
 from resources.config_schema import LIBRARY_DEFAULT_NOTE, DerivedConfig, arg_descriptions, config_class
-from spark_jobs.evaluation_split import SplitConfig
+from spark_jobs.evaluation.split import SplitConfig
 from spark_jobs.graph import GraphConfig
 from spark_jobs.ingest import IngestConfig
 from spark_jobs.publish import PublishSettings

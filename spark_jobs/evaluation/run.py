@@ -45,8 +45,8 @@ from hir_pipeline.evaluation.scoring import EmbeddingScorer
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.timing import Stages
 from spark_jobs.delta_io import MissingInput, read_table, replace_run_date, table_exists
-from spark_jobs.evaluation_data import collect_content, collect_eval_data
-from spark_jobs.evaluation_split import EvaluationSplit, SplitConfig, split_events
+from spark_jobs.evaluation.data import collect_content, collect_eval_data
+from spark_jobs.evaluation.split import EvaluationSplit, SplitConfig, split_events
 from spark_jobs.graph import GraphConfig, GraphSnapshot, build_edges, build_nodes, build_views
 from spark_jobs.model_inputs import load_model_inputs
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs.evaluation_split import SplitConfig, split_events
+from spark_jobs.evaluation.split import SplitConfig, split_events
 
 RUN = dt.date(2024, 1, 31)
 FUNNEL = ("impression", "click", "add_to_cart", "conversion")

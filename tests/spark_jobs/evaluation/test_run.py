@@ -1,4 +1,4 @@
-"""spark_jobs.evaluation: the inner validation split HIR is tuned on never trains HIR on a validation target, and
+"""spark_jobs.evaluation.run: the inner validation split HIR is tuned on never trains HIR on a validation target, and
 an evaluation run with several HIR seeds reports their mean, the mean-user and random rows and the intervals."""
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from hir_pipeline.evaluation.runner import EvaluationSettings
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from hir_pipeline.model.config import ModelConfig  # noqa: E402
-from spark_jobs.evaluation import (  # noqa: E402
+from spark_jobs.evaluation.run import (  # noqa: E402
     EvaluationJobConfig,
     evaluate_run,
     held_out_pairs,
     prepare_evaluation,
     prepare_validation,
 )
-from spark_jobs.evaluation_split import SplitConfig  # noqa: E402
+from spark_jobs.evaluation.split import SplitConfig  # noqa: E402
 from spark_jobs.graph import GraphConfig  # noqa: E402
 
 RUN = dt.date(2024, 3, 31)

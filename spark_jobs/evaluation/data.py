@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import EVENT_DATE_COLUMN
 from hir_pipeline.evaluation.data import EvalData
-from spark_jobs.evaluation_split import EvaluationSplit
+from spark_jobs.evaluation.split import EvaluationSplit
 
 
 def training_pairs(train_events: DataFrame, funnel: Sequence[str], stage_weights: Sequence[float]) -> DataFrame:
@@ -49,7 +49,7 @@ def collect_eval_data(
     """Collect a split into :class:`EvalData` (users x items matrices over dense local indices).
 
     Args:
-        split: the split (:func:`spark_jobs.evaluation_split.split_events`).
+        split: the split (:func:`spark_jobs.evaluation.split.split_events`).
         events: the events the split was drawn from (they define the item universe).
         run_date: the split's run date.
         funnel: event types, shallow to deep (``GraphConfig.funnel``).

@@ -1,4 +1,4 @@
-"""spark_jobs.evaluation: the evaluation model's structure embedding sees training edges only (real local Spark)."""
+"""spark_jobs.evaluation.run: the evaluation model's structure embedding sees training edges only (real local Spark)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from hir_pipeline.contracts import EVENT_DATE_COLUMN, source_ddl
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from hir_pipeline.model.config import ModelConfig  # noqa: E402
-from spark_jobs.evaluation import EvaluationJobConfig, prepare_evaluation  # noqa: E402
-from spark_jobs.evaluation_split import SplitConfig  # noqa: E402
+from spark_jobs.evaluation.run import EvaluationJobConfig, prepare_evaluation  # noqa: E402
+from spark_jobs.evaluation.split import SplitConfig  # noqa: E402
 from spark_jobs.graph import GraphConfig, build_edges, build_nodes  # noqa: E402
 from spark_jobs.graph.fastrp import STRUCTURE_COLUMN  # noqa: E402
 
