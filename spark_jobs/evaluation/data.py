@@ -2,7 +2,7 @@
 
 Only what the evaluation reads is collected, through Arrow: ``(user, item, weight)`` training pairs (one row per
 pair), target pairs and one content vector per item (the planted hierarchy of a synthetic source is read by
-:meth:`spark_jobs.sources.spec.SourceSpec.ground_truth`).
+:meth:`spark_jobs.ingestion.sources.spec.SourceSpec.ground_truth`).
 """
 
 from __future__ import annotations

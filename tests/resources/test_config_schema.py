@@ -27,7 +27,7 @@ from resources import GraphSettingsResource, ModelSettingsResource
 from resources.config_schema import LIBRARY_DEFAULT_NOTE, DerivedConfig, arg_descriptions, config_class
 from spark_jobs.evaluation.split import SplitConfig
 from spark_jobs.graph import GraphConfig
-from spark_jobs.ingest import IngestConfig
+from spark_jobs.ingestion.labels import IngestConfig
 from spark_jobs.publish import PublishSettings
 
 #: Every core dataclass behind a Dagster config class: (Dagster class, path of the section holding it, the dataclass,

@@ -25,7 +25,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.sources import write_source_folder
+from spark_jobs.ingestion.sources import write_source_folder
 
 #: Ratings are mapped to the funnel by these thresholds: stage -> minimum rating.
 RATING_STAGES: tuple[tuple[str, int], ...] = (("click", 1), ("add_to_cart", 4), ("conversion", 5))
@@ -144,7 +144,7 @@ def write_movielens_source(spark: SparkSession, files: dict[str, Path], out: Pat
         out: the source folder; gets ``entities/``, ``relations/``, ``events/`` and the success marker.
 
     Returns:
-        Row counts per table and per entity/event type (see :func:`spark_jobs.sources.write_source_folder`).
+        Row counts per table and per entity/event type (see :func:`spark_jobs.ingestion.sources.write_source_folder`).
     """
     settings = {"source": "movielens-100k", "mapping_version": MAPPING_VERSION}
     return write_source_folder(spark, out, lambda _tmp: movielens_tables(spark, files), settings)

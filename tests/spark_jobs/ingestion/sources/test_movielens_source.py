@@ -10,9 +10,9 @@ from pyspark.sql import functions as F
 from hir_pipeline.contracts import ENTITY_TYPES, SOURCE_TABLES
 from hir_pipeline.data import movielens_files
 from hir_pipeline.settings import cache_dir
-from spark_jobs.source_reader import read_source
-from spark_jobs.sources import SUCCESS_MARKER, read_marker
-from spark_jobs.sources.movielens import write_movielens_source
+from spark_jobs.ingestion.reader import read_source
+from spark_jobs.ingestion.sources import SUCCESS_MARKER, read_marker
+from spark_jobs.ingestion.sources.movielens import write_movielens_source
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import QuarantineReason as R
-from spark_jobs.ingest import (
+from spark_jobs.ingestion.labels import (
     EventWindow,
     IngestConfig,
     accepted,
@@ -20,7 +20,7 @@ from spark_jobs.ingest import (
     quarantined,
     split_counts,
 )
-from spark_jobs.source_reader import conform
+from spark_jobs.ingestion.reader import conform
 
 RUN = dt.date(2024, 3, 2)
 #: The run's time limits as a nightly run the morning after sees them.

@@ -17,8 +17,8 @@ from pyspark.sql import functions as F
 from hir_pipeline.contracts import ENTITY_TYPES, SOURCE_TABLES
 from hir_pipeline.data import DataUnavailable, fetch_fashion_mnist, load_fashion_mnist
 from hir_pipeline.settings import cache_dir
-from spark_jobs.source_reader import read_source
-from spark_jobs.sources.synthetic import (
+from spark_jobs.ingestion.reader import read_source
+from spark_jobs.ingestion.sources.synthetic import (
     SyntheticConfig,
     _zipf_rank,
     synthetic_tables,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from resources import SourceResource
-from spark_jobs.sources.spec import SourceSpec
+from spark_jobs.ingestion.sources.spec import SourceSpec
 
 
 def test_ground_truth_of_a_folder_is_read_when_present(spark, tmp_path):

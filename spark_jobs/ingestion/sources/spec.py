@@ -70,7 +70,7 @@ class SourceSpec:
 
     def _movielens(self, spark: SparkSession) -> Path:
         from hir_pipeline.data.fetch import movielens_files
-        from spark_jobs.sources.movielens import write_movielens_source
+        from spark_jobs.ingestion.sources.movielens import write_movielens_source
 
         out = cache_dir() / "sources" / "movielens"
         write_movielens_source(spark, movielens_files(cache_dir()), out)
@@ -78,7 +78,7 @@ class SourceSpec:
 
     def _synthetic(self, spark: SparkSession) -> Path:
         from hir_pipeline.data.fetch import fetch_fashion_mnist
-        from spark_jobs.sources.synthetic import SyntheticConfig, write_synthetic_source
+        from spark_jobs.ingestion.sources.synthetic import SyntheticConfig, write_synthetic_source
 
         config = SyntheticConfig(seed=self.synthetic_seed, n_events=self.synthetic_events)
         images = None

@@ -35,7 +35,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_jobs.sources import write_source_folder
+from spark_jobs.ingestion.sources import write_source_folder
 
 FUNNEL = ("impression", "click", "add_to_cart", "conversion")
 _MASK53 = (1 << 53) - 1

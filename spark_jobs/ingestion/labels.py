@@ -24,7 +24,7 @@ from hir_pipeline.contracts import (
     QuarantineReason,
 )
 from spark_jobs.delta_io import read_run_date, read_table
-from spark_jobs.source_reader import RAW_COLUMN, as_timestamp
+from spark_jobs.ingestion.reader import RAW_COLUMN, as_timestamp
 
 R = QuarantineReason
 REASON, DETAIL = "_reason", "_detail"

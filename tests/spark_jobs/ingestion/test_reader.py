@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.source_reader import RAW_COLUMN, SourceError, read_source
+from spark_jobs.ingestion.reader import RAW_COLUMN, SourceError, read_source
 
 
 def _write(spark, root, entities_ddl="entity_id string, entity_type string",
@@ -109,7 +109,7 @@ def _pandas_source(root, variant: str) -> None:
 @pytest.mark.parametrize("variant", ["defaults", "tz_aware", "numeric_ids", "narrow_numbers", "dictionary_strings",
                                      "large_string", "folder_of_files", "epoch_seconds"])
 def test_pandas_written_sources_read_correctly(spark, tmp_path, variant):
-    from spark_jobs.source_reader import as_timestamp
+    from spark_jobs.ingestion.reader import as_timestamp
 
     _pandas_source(tmp_path, variant)
     tables = read_source(spark, str(tmp_path))
@@ -154,7 +154,7 @@ def test_missing_float_id_is_null_and_invalid_utf8_is_replaced(spark, tmp_path):
 
 
 def test_timestamps_as_users_write_them(spark):
-    from spark_jobs.source_reader import as_timestamp
+    from spark_jobs.ingestion.reader import as_timestamp
 
     text = {
         "2024-03-01": "2024-03-01 00:00:00", " 2024-3-1 ": "2024-03-01 00:00:00",
@@ -177,7 +177,7 @@ def test_timestamps_as_users_write_them(spark):
 def test_a_backfill_run_date_ignores_future_events_and_is_never_in_the_future(spark):
     import datetime as dt
 
-    from spark_jobs.source_reader import latest_event_date
+    from spark_jobs.ingestion.reader import latest_event_date
 
     today = dt.datetime.now(dt.UTC).date()
     tomorrow = today + dt.timedelta(days=1)
