@@ -48,7 +48,7 @@ from spark_jobs.delta_io import MissingInput, read_table, replace_run_date, tabl
 from spark_jobs.evaluation.data import collect_content, collect_eval_data
 from spark_jobs.evaluation.split import EvaluationSplit, SplitConfig, split_events
 from spark_jobs.graph import GraphConfig, GraphSnapshot, build_edges, build_nodes, build_views
-from spark_jobs.model_inputs import load_model_inputs
+from spark_jobs.model.inputs import load_model_inputs
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""spark_jobs.model_inputs: graph Delta frames -> ModelInputs, checked value by value against the Spark rows."""
+"""spark_jobs.model.inputs: graph Delta frames -> ModelInputs, checked value by value against the Spark rows."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
 from spark_jobs.graph import GraphConfig, GraphSnapshot, build_edges, build_nodes, build_views  # noqa: E402
 from spark_jobs.graph.fastrp import STRUCTURE_COLUMN  # noqa: E402
-from spark_jobs.model_inputs import default_engagement_weights, load_model_inputs  # noqa: E402
+from spark_jobs.model.inputs import default_engagement_weights, load_model_inputs  # noqa: E402
 
 RUN = dt.date(2024, 4, 30)
 CFG = GraphConfig(broad_fanout=(4, 2), narrow_fanout=(3,), max_view_nodes=8, max_dist=3, seed=3)
