@@ -1,13 +1,13 @@
 """Evaluation: does tonight's model recommend better than simple baselines, on held-out deep-funnel activity?
 
-``evaluation_report`` draws the evaluation split from the bronze events (:mod:`spark_jobs.evaluation_split`:
+``evaluation_report`` draws the evaluation split from the bronze events (:mod:`spark_jobs.evaluation.split`:
 per-user temporal hold-out, deep-funnel targets, a seeded share of cold items whose events never train),
 rebuilds the graph and its views from the training events only (with the graph assets' settings: the shared
 ``graph_settings`` resource), trains HIR on it with the production settings (the ``model_meta.json`` of the
 run date's training run when there is one, else the ``model_settings`` resource ``interest_model`` trains with),
 and scores HIR (by the encoder those settings publish, ``published_encoder``: a training run that predates the
 choice published the teacher) and the baselines (popularity, ALS, LightGCN, content-only, random) on the same
-targets (:func:`spark_jobs.evaluation.evaluate_run`), with a mean-user diagnostic row (``hir_mean_user``) and
+targets (:func:`spark_jobs.evaluation.run.evaluate_run`), with a mean-user diagnostic row (``hir_mean_user``) and
 HIR's ratio to the best baseline with a paired bootstrap interval over users (the number of HIR seeds averaged is
 ``hir_seeds``, one by default). Results go to
 
@@ -54,13 +54,13 @@ from resources import (
 )
 from resources.config_schema import config_class, section
 from spark_jobs.delta_io import MissingInput, latest_version
-from spark_jobs.evaluation import (
+from spark_jobs.evaluation.run import (
     EvaluationJobConfig,
     evaluate_run,
     read_evaluation_inputs,
     write_evaluation_metrics,
 )
-from spark_jobs.evaluation_split import COLD, WARM, SplitConfig
+from spark_jobs.evaluation.split import COLD, WARM, SplitConfig
 from spark_jobs.graph import GraphConfig
 
 GROUP = "evaluation"

@@ -23,9 +23,9 @@ from assets.quality import validate
 from hir_pipeline.contracts import EVENT_DATE_COLUMN
 from resources import GraphSettingsResource, LakeResource, SourceResource, SparkResource
 from resources.config_schema import config_class
-from spark_jobs import ingest
 from spark_jobs.delta_io import latest_version, read_table, replace_run_date, replace_where, table_exists, upsert
-from spark_jobs.source_reader import read_source
+from spark_jobs.ingestion import labels
+from spark_jobs.ingestion.reader import read_source
 
 GROUP = "ingestion"
 BRONZE = ("entities", "relations", "events")
@@ -33,9 +33,9 @@ ACCOUNTING_CHECK = "accepted_plus_quarantined_equals_read"
 SUITE_CHECK = "great_expectations_suite"
 
 
-class IngestionConfig(config_class(ingest.IngestConfig, name="IngestFields")):
+class IngestionConfig(config_class(labels.IngestConfig, name="IngestFields")):
     """How much of the source a run ingests, and what it accepts (the fields of
-    :class:`spark_jobs.ingest.IngestConfig`; the accepted event types are the funnel of the ``graph_settings``
+    :class:`spark_jobs.ingestion.labels.IngestConfig`; the accepted event types are the funnel of the ``graph_settings``
     resource, shared with every later stage)."""
 
     window: Literal["day", "all"] = Field("day", description="`day` reads the partition's day of events (the "
@@ -78,7 +78,7 @@ def bronze_tables(
     folder = source.prepare(session)
     context.log.info(f"Reading source {source.location!r} from {folder} for run date {day} (window={config.window})")
     raw = read_source(session, folder)
-    window = ingest.EventWindow.of(config.window, day)
+    window = labels.EventWindow.of(config.window, day)
     counts: dict[str, dict[str, int]] = {}
     versions: dict[str, int] = {}
     quarantine_parts: list[DataFrame] = []
@@ -89,10 +89,10 @@ def bronze_tables(
 
     def settle(table: str, labelled: DataFrame, read: int) -> DataFrame:
         labelled = labelled.persist()
-        ok, bad = ingest.split_counts(labelled)
+        ok, bad = labels.split_counts(labelled)
         counts[table] = {"read": read, "accepted": ok, "quarantined": bad}
         context.log.info(f"{table}: read {read:,}, accepted {ok:,}, quarantined {bad:,}")
-        quarantine_parts.append(ingest.quarantined(labelled, table, day))
+        quarantine_parts.append(labels.quarantined(labelled, table, day))
         return labelled
 
     def written(table: str, rows: int, how: str) -> None:
@@ -100,31 +100,31 @@ def bronze_tables(
         context.log.info(f"{table} for run date {day}: {rows:,} rows {how}, Delta version {versions[table]}")
 
     with step("entities"):
-        entities = settle("entities", ingest.label_entities(raw["entities"], accepts.entity_types),
+        entities = settle("entities", labels.label_entities(raw["entities"], accepts.entity_types),
                           raw["entities"].count())
-        upsert(session, ingest.accepted(entities, "entities"), lake.path("entities"), ["entity_id"])
+        upsert(session, labels.accepted(entities, "entities"), lake.path("entities"), ["entity_id"])
         known = read_table(session, lake.path("entities")).select("entity_id", "entity_type").persist()
     written("entities", counts["entities"]["accepted"], "merged by entity_id")
 
     with step("relations"):
-        relations = settle("relations", ingest.label_relations(raw["relations"], known), raw["relations"].count())
-        upsert(session, ingest.accepted(relations, "relations"), lake.path("relations"),
+        relations = settle("relations", labels.label_relations(raw["relations"], known), raw["relations"].count())
+        upsert(session, labels.accepted(relations, "relations"), lake.path("relations"),
                ["src_id", "dst_id", "relation"])
     written("relations", counts["relations"]["accepted"], "merged by (src_id, dst_id, relation)")
 
     with step("events"):
         bounds = accepts.bounds(day)
-        outside = ingest.events_outside(raw["events"], window, bounds)
+        outside = labels.events_outside(raw["events"], window, bounds)
         if outside["before"] or outside["after"]:
             context.log.warning(
                 f"events: {outside['before']:,} source rows dated before and {outside['after']:,} after this run's "
                 f"window ({window.predicate()}) are not read by this run: their own run dates read them")
-        events_read = ingest.events_read(raw["events"], window, bounds).count()
+        events_read = labels.events_read(raw["events"], window, bounds).count()
         earlier = (read_table(session, lake.path("events")).where(f"{EVENT_DATE_COLUMN} < '{window.start}'")
                    if window.start is not None and table_exists(session, lake.path("events")) else None)
-        events = settle("events", ingest.label_events(raw["events"], known, window, bounds, funnel, earlier),
+        events = settle("events", labels.label_events(raw["events"], known, window, bounds, funnel, earlier),
                         events_read)
-        replace_where(ingest.accepted(events, "events"), lake.path("events"), window.predicate(),
+        replace_where(labels.accepted(events, "events"), lake.path("events"), window.predicate(),
                       [EVENT_DATE_COLUMN])
     written("events", counts["events"]["accepted"], f"written in place of {window.predicate()}")
 
@@ -136,7 +136,7 @@ def bronze_tables(
         df.unpersist()
 
     with step("accounting"):
-        quarantined_now, events_now = ingest.recount(session, lake.path, day, window)
+        quarantined_now, events_now = labels.recount(session, lake.path, day, window)
     yield from _results(lake, day, counts, versions, quarantined_now, events_now, outside)
     suites = bronze_suites(accepts.entity_types, funnel)
     for table in BRONZE:

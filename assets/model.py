@@ -3,7 +3,7 @@
 ``interest_model`` reads the run date's ``graph_nodes`` / ``graph_edges`` / ``graph_views`` snapshot and the
 current ``content_embeddings`` snapshot (each at an explicit Delta version, logged to MLflow; the content table
 holds one current snapshot, so an old date re-run reads today's vectors), collects them to the driver
-(:mod:`spark_jobs.model_inputs`), trains with :func:`hir_pipeline.training.fit.fit_and_embed` (CUDA + bf16 when
+(:mod:`spark_jobs.model.inputs`), trains with :func:`hir_pipeline.training.fit.fit_and_embed` (CUDA + bf16 when
 present, else CPU), logs and registers the published encoder (``published_encoder``: the student by default, or
 the EMA teacher; the same network embeds the nodes) and writes
 
@@ -45,8 +45,8 @@ from resources import GraphSettingsResource, LakeResource, MLflowResource, Model
 from resources.model_settings import TrainSection
 from spark_jobs.delta_io import MissingInput
 from spark_jobs.graph import GraphSnapshot
-from spark_jobs.model_inputs import CONTENT_TABLE, GRAPH_TABLES, load_model_inputs, read_model_tables
-from spark_jobs.model_outputs import model_hierarchy_frame, model_outputs_frame, write_model_outputs
+from spark_jobs.model.inputs import CONTENT_TABLE, GRAPH_TABLES, load_model_inputs, read_model_tables
+from spark_jobs.model.outputs import model_hierarchy_frame, model_outputs_frame, write_model_outputs
 
 GROUP = "model"
 

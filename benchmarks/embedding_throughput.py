@@ -75,9 +75,9 @@ def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
+    from hir_pipeline.content_embeddings.config import EmbeddingConfig, default_text_model
+    from hir_pipeline.content_embeddings.embedder import entity_text
     from hir_pipeline.contracts import source_ddl
-    from hir_pipeline.embedding.config import EmbeddingConfig, default_text_model
-    from hir_pipeline.embedding.embedder import entity_text
     from hir_pipeline.settings import cache_dir
     from spark_jobs.content_embeddings import embed_content
     from spark_jobs.session import build_spark_session, ensure_delta_jars

@@ -7,7 +7,7 @@ broadcast, then sampling + induced subgraph + per-view shortest paths in numpy f
 (``spark_jobs.graph.structure.view_structure``) with scipy.sparse.csgraph and networkx on the *same* views,
 on the driver (up to ``--sample-views`` views collected back), checking that all three agree.
 
-Source: ``spark_jobs.sources.synthetic.write_synthetic_source`` (power-law users and items, full funnel),
+Source: ``spark_jobs.ingestion.sources.synthetic.write_synthetic_source`` (power-law users and items, full funnel),
 generated once per size under ``--work`` and not timed.
 
 Memory: ``peak_rss_mb`` = peak RSS of the Python driver (``ru_maxrss``) + peak RSS of the Spark JVM
@@ -133,7 +133,7 @@ def _compare_sp(rows, max_dist: int) -> dict:
 
 def run_size(spark, n_events: int, work: Path, sample_views: int) -> dict:
     from spark_jobs.graph import GraphConfig, build_edges, build_nodes, build_views
-    from spark_jobs.sources.synthetic import SyntheticConfig, write_synthetic_source
+    from spark_jobs.ingestion.sources.synthetic import SyntheticConfig, write_synthetic_source
 
     src = work / f"synthetic_{n_events}"
     t0 = time.perf_counter()

@@ -2,8 +2,8 @@
 
 Prepares the evaluation split of a lake once with Spark (exactly as ``evaluation_report`` does: per-user
 temporal hold-out, deep-funnel targets, seeded cold items; graph and views rebuilt from the training events;
-``spark_jobs.evaluation.prepare_evaluation``) and, inside its training part, the inner validation split that ALS
-tunes its grid on (``spark_jobs.evaluation.prepare_validation``: ALS's ``validation_fraction`` and ``seed``, plus
+``spark_jobs.evaluation.run.prepare_evaluation``) and, inside its training part, the inner validation split that ALS
+tunes its grid on (``spark_jobs.evaluation.run.prepare_validation``: ALS's ``validation_fraction`` and ``seed``, plus
 the outer split's ``cold_item_fraction`` of items made cold; HIR's graph rebuilt without the held-out pairs).
 Both are cached in one pickle (``--cache``).
 
@@ -96,13 +96,13 @@ def sample_settings(path: Path = SAMPLE_CONFIG) -> dict:
 def prepare(lake: str, day: dt.date) -> dict:
     """The evaluation split of ``day`` and its inner validation split: data, HIR inputs, item content (Spark)."""
     from resources import SparkResource
-    from spark_jobs.evaluation import (
+    from spark_jobs.evaluation.data import collect_content
+    from spark_jobs.evaluation.run import (
         EvaluationJobConfig,
         prepare_evaluation,
         prepare_validation,
         read_evaluation_inputs,
     )
-    from spark_jobs.evaluation_data import collect_content
 
     session = SparkResource().get_session()
     bronze, content = read_evaluation_inputs(session, lambda t: f"{lake}/{t}", day, require_content=True)

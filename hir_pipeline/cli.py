@@ -95,8 +95,8 @@ def _resolve_partition(source: str, partition: str | None) -> tuple[str, str]:
     """
     from hir_pipeline.settings import default_spark_master
     from resources import SourceResource, SparkResource
-    from spark_jobs.ingest import IngestConfig
-    from spark_jobs.source_reader import latest_event_date, read_source
+    from spark_jobs.ingestion.labels import IngestConfig
+    from spark_jobs.ingestion.reader import latest_event_date, read_source
 
     if partition:  # fail fast on a malformed date
         try:
@@ -324,8 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Third-party libraries (GX, py4j) are chatty at INFO; Dagster's own run logs still print.
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    from spark_jobs.ingestion.reader import SourceError
     from spark_jobs.session import JavaUnavailable
-    from spark_jobs.source_reader import SourceError
 
     try:
         return int(args.func(args) or 0)

@@ -1,6 +1,7 @@
 """Which source the pipeline reads: a folder following the source contract, or a built-in one.
 
-The resource only carries the settings; what differs between sources is :class:`spark_jobs.sources.spec.SourceSpec`.
+The resource only carries the settings; what differs between sources is
+:class:`spark_jobs.ingestion.sources.spec.SourceSpec`.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import dagster as dg
 from pyspark.sql import SparkSession
 
-from spark_jobs.sources.spec import BUILTIN_SOURCES, SourceSpec
+from spark_jobs.ingestion.sources.spec import BUILTIN_SOURCES, SourceSpec
 
 __all__ = ["BUILTIN_SOURCES", "SourceResource"]
 

@@ -2,7 +2,7 @@
 
 :func:`embed_content` turns the bronze ``entities`` table (and the previous ``content_embeddings`` snapshot)
 into the new snapshot: one row per content entity (ad, campaign, advertiser, product, category) that has any
-content, with its text, image, attribute and fused vectors (see :mod:`hir_pipeline.embedding`).
+content, with its text, image, attribute and fused vectors (see :mod:`hir_pipeline.content_embeddings`).
 
 How it stays cheap:
 
@@ -36,9 +36,9 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from hir_pipeline.content_embeddings.config import EmbeddingConfig
+from hir_pipeline.content_embeddings.content_hash import CONTENT_FIELDS, model_identifier
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
-from hir_pipeline.embedding.config import EmbeddingConfig
-from hir_pipeline.embedding.content_hash import CONTENT_FIELDS, model_identifier
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def has_content(entities: DataFrame) -> Column:
 
 
 def content_hash_column() -> Column:
-    """SHA-256 of the length-prefixed content fields; equals :func:`hir_pipeline.embedding.content_hash`."""
+    """SHA-256 of the length-prefixed content fields; equals :func:`hir_pipeline.content_embeddings.content_hash`."""
     parts = [
         F.when(F.col(c).isNull(), F.lit("-1:")).otherwise(F.concat(F.char_length(c).cast("string"), F.lit(":"), c))
         for c in CONTENT_FIELDS
@@ -102,7 +102,7 @@ def embed_partition(batches: Iterator[pd.DataFrame], config: EmbeddingConfig) ->
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one worker per core already; avoid oversubscription
     _ensure_worker_logging()
     worker_start = time.perf_counter()
-    from hir_pipeline.embedding.embedder import cached_embedder, get_embedder
+    from hir_pipeline.content_embeddings.embedder import cached_embedder, get_embedder
 
     done = 0
     for pdf in batches:
@@ -142,7 +142,7 @@ def embed_content(
     Args:
         entities: bronze entities (``contracts.source_ddl("entities")``); non-content types are ignored.
         previous: the previous ``content_embeddings`` snapshot (:data:`CONTENT_EMBEDDINGS_DDL`), or ``None``.
-        config: models and settings; its :func:`~hir_pipeline.embedding.content_hash.model_identifier` decides
+        config: models and settings; its :func:`~hir_pipeline.content_embeddings.content_hash.model_identifier` decides
             whether previous vectors are still valid (computed here, so the driver reads the model files too).
         run_date: stored as ``embedded_at_run`` on rows embedded by this call (reused rows keep theirs).
 

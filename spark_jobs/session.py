@@ -45,7 +45,7 @@ BASE_CONF: dict[str, str] = {
     "spark.databricks.delta.schema.autoMerge.enabled": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # pandas writes nanosecond timestamps, which Spark cannot read as timestamps: read them as epoch nanoseconds
-    # (spark_jobs.source_reader.as_timestamp converts them).
+    # (spark_jobs.ingestion.reader.as_timestamp converts them).
     "spark.sql.legacy.parquet.nanosAsLong": "true",
 }
 

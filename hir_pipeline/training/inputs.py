@@ -1,6 +1,6 @@
 """Everything the trainer needs about one graph, as compact numpy arrays (torch / numpy only).
 
-:class:`ModelInputs` is the hand-off between the data layer (``spark_jobs.model_inputs`` collects it from
+:class:`ModelInputs` is the hand-off between the data layer (``spark_jobs.model.inputs`` collects it from
 the ``graph_nodes``, ``graph_views``, ``graph_edges`` and ``content_embeddings`` tables) and the model
 (:func:`hir_pipeline.training.fit.fit_and_embed`). It holds no Spark or Dagster objects, so it can be built
 by hand in a test, pickled to another machine, or built from a train split for evaluation.

@@ -20,7 +20,7 @@ from resources import (
     SourceResource,
     SparkResource,
 )
-from spark_jobs.sources.synthetic import SyntheticConfig, write_synthetic_source
+from spark_jobs.ingestion.sources.synthetic import SyntheticConfig, write_synthetic_source
 
 #: Small enough for seconds-long Spark jobs, big enough for every entity type and funnel stage.
 TINY_SOURCE = SyntheticConfig(seed=11, n_events=6_000, n_products=160, n_advertisers=16, days=6,

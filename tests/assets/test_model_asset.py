@@ -57,7 +57,7 @@ def write_model_inputs(spark, bronze, lake) -> None:
     rng = np.random.default_rng(0)
     rows = [(eid, etype, "h", "tiny", None, None, None, rng.normal(size=CONTENT_DIM).tolist(), None, DAY)
             for eid, etype in content_ents]
-    # like assets/knowledge.py: one current snapshot (no run_date column), replaced as a whole
+    # like assets/content_embeddings.py: one current snapshot (no run_date column), replaced as a whole
     spark.createDataFrame(rows, CONTENT_EMBEDDINGS_DDL).write.format("delta").mode("overwrite").save(
         lake.path("content_embeddings"))
 

@@ -82,7 +82,7 @@ def test_wrong_column_type_names_table_and_column(spark, tmp_path):
 
 @pytest.mark.slow
 def test_materialize_ingestion_backfill_as_of_latest_event(spark, tmp_path):
-    from spark_jobs.sources.synthetic import SyntheticConfig, write_synthetic_source
+    from spark_jobs.ingestion.sources.synthetic import SyntheticConfig, write_synthetic_source
 
     config = SyntheticConfig(seed=3, n_events=2_000, n_products=80, n_advertisers=16, days=3)
     write_synthetic_source(spark, config, tmp_path / "src")
@@ -116,7 +116,7 @@ def test_evaluate_reads_the_evaluation_config_of_a_run_config_file(tmp_path):
 @pytest.mark.slow
 def test_evaluate_standalone_prints_and_writes_the_report(spark, tmp_path):
     """``hir evaluate`` on a synthetic source folder: ingestion, content, evaluation; table printed and written."""
-    from spark_jobs.sources.synthetic import SyntheticConfig, write_synthetic_source
+    from spark_jobs.ingestion.sources.synthetic import SyntheticConfig, write_synthetic_source
 
     write_synthetic_source(spark, SyntheticConfig(seed=5, n_events=3_000, n_products=80, n_advertisers=16, days=4),
                            tmp_path / "src")

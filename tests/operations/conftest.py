@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.sources.synthetic import SyntheticConfig, write_synthetic_source
+from spark_jobs.ingestion.sources.synthetic import SyntheticConfig, write_synthetic_source
 
 #: Every entity type and funnel stage, in seconds-long Spark jobs: 64 fine interests need 64 products and
 #: 16 advertisers x 4 campaigns.

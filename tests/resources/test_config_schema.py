@@ -12,22 +12,22 @@ import dagster as dg
 import pydantic
 import pytest
 
+from assets.content_embeddings import ContentEmbeddingConfig
 from assets.evaluation import EvaluationConfig
 from assets.ingestion import IngestionConfig
-from assets.knowledge import ContentEmbeddingConfig
 from assets.model import TrainingConfig
 from assets.publish import PublishConfig
+from hir_pipeline.content_embeddings.config import EmbeddingConfig, FusionConfig
 from hir_pipeline.definitions import NIGHTLY_JOB, defs
-from hir_pipeline.embedding.config import EmbeddingConfig, FusionConfig
 from hir_pipeline.evaluation.baselines import ALSConfig, LightGCNConfig
 from hir_pipeline.evaluation.runner import EvaluationSettings
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.publish.stable_ids import MatchConfig
 from resources import GraphSettingsResource, ModelSettingsResource
 from resources.config_schema import LIBRARY_DEFAULT_NOTE, DerivedConfig, arg_descriptions, config_class
-from spark_jobs.evaluation_split import SplitConfig
+from spark_jobs.evaluation.split import SplitConfig
 from spark_jobs.graph import GraphConfig
-from spark_jobs.ingest import IngestConfig
+from spark_jobs.ingestion.labels import IngestConfig
 from spark_jobs.publish import PublishSettings
 
 #: Every core dataclass behind a Dagster config class: (Dagster class, path of the section holding it, the dataclass,

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from hir_pipeline.content_embeddings.config import EmbeddingConfig
+from hir_pipeline.content_embeddings.content_hash import content_hash, model_identifier
+from hir_pipeline.content_embeddings.embedder import ContentEmbedder
 from hir_pipeline.contracts import source_ddl
-from hir_pipeline.embedding.config import EmbeddingConfig
-from hir_pipeline.embedding.content_hash import content_hash, model_identifier
-from hir_pipeline.embedding.embedder import ContentEmbedder
 from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
 # Python workers must run this interpreter (torch, transformers); read when the SparkContext starts.

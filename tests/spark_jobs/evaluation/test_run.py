@@ -1,0 +1,135 @@
+"""spark_jobs.evaluation.run: the inner validation split HIR is tuned on never trains HIR on a validation target, and
+an evaluation run with several HIR seeds reports their mean, the mean-user and random rows and the intervals."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+from pyspark.sql import functions as F
+
+from hir_pipeline.contracts import EVENT_DATE_COLUMN, source_ddl
+from hir_pipeline.evaluation.baselines import ALSConfig
+from hir_pipeline.evaluation.data import COLD, WARM, validation_split
+from hir_pipeline.evaluation.runner import EvaluationSettings
+
+# build_views runs a pandas UDF: Python workers must run this interpreter (numpy); read at SparkContext start.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from hir_pipeline.model.config import ModelConfig  # noqa: E402
+from spark_jobs.evaluation.run import (  # noqa: E402
+    EvaluationJobConfig,
+    evaluate_run,
+    held_out_pairs,
+    prepare_evaluation,
+    prepare_validation,
+)
+from spark_jobs.evaluation.split import SplitConfig  # noqa: E402
+from spark_jobs.graph import GraphConfig  # noqa: E402
+
+RUN = dt.date(2024, 3, 31)
+FUNNEL = ("impression", "click", "add_to_cart", "conversion")
+GRAPH = GraphConfig(broad_fanout=(4, 2), narrow_fanout=(3,), max_view_nodes=8, max_dist=3, seed=3)
+SPLIT = SplitConfig(min_target_users=3, seed=1)
+#: The run's settings; the HIR model's max_dist is the graph's.
+CONFIG = EvaluationJobConfig(split=SPLIT, graph=GRAPH, model=ModelConfig(max_dist=3))
+
+
+@pytest.fixture(scope="module")
+def source(spark):
+    """30 users x 12 sessions on 40 products in 2 categories; each session goes down the funnel at random."""
+    rng = np.random.default_rng(0)
+    ents = [(f"u{i:02d}", "user") for i in range(30)] + [(f"p{i:02d}", "product") for i in range(40)]
+    ents += [("cat0", "category"), ("cat1", "category")]
+    entities = spark.createDataFrame([(i, t, None, None, None, None, None) for i, t in ents], source_ddl("entities"))
+    relations = spark.createDataFrame([(f"p{i:02d}", f"cat{i % 2}", "product_in_category", None)
+                                       for i in range(40)], source_ddl("relations"))
+    rows = []
+    t0 = dt.datetime(2024, 3, 1, tzinfo=dt.UTC)
+    for u in range(30):
+        for s in range(12):
+            item = f"p{int(rng.integers(20)) * 2 + u % 2:02d}"  # users stay mostly in one category
+            ts = t0 + dt.timedelta(hours=int(rng.integers(0, 29 * 24)))
+            depth = int(rng.choice(4, p=[0.3, 0.3, 0.1, 0.3]))
+            for k in range(depth + 1):
+                rows.append((f"e{u}-{s}-{k}", f"u{u:02d}", item, FUNNEL[k], ts + dt.timedelta(minutes=k), None))
+    events = (spark.createDataFrame(rows, source_ddl("events"))
+              .withColumn(EVENT_DATE_COLUMN, F.to_date("event_ts")).persist())
+    return entities, relations, events
+
+
+@pytest.fixture(scope="module")
+def prepared(source):
+    entities, relations, events = source
+    return prepare_evaluation({"entities": entities, "relations": relations, "events": events}, None, RUN, CONFIG)
+
+
+def test_validation_inputs_never_hold_a_validation_pair(prepared, source):
+    entities, relations, events = source
+    split, data, outer_inputs = prepared
+    config = dataclasses.replace(
+        CONFIG, split=dataclasses.replace(SPLIT, cold_item_fraction=0.2),
+        evaluation=EvaluationSettings(seed=0, als=ALSConfig(validation_fraction=0.25)))
+    bronze = {"entities": entities, "relations": relations, "events": events}
+    inner, inputs = prepare_validation(bronze, split, data, None, RUN, config)
+    assert inner.splits == [WARM, COLD]
+    expected = validation_split(data, 0.25, 0, 0.2)
+    assert (inner.train != expected.train).nnz == 0
+    gone = set(held_out_pairs(data, inner))
+    n_gone = data.train.nnz - inner.train.nnz
+    assert len(gone) == n_gone > 0
+    ids = np.asarray(inputs.entity_ids, dtype=object)
+    users, items, _ = inputs.engagement
+
+    def pairs(of) -> set[tuple[str, str]]:
+        u, i, _ = of.engagement
+        o = np.asarray(of.entity_ids, dtype=object)
+        return set(zip(o[u].tolist(), o[i].tolist(), strict=True))
+
+    engaged = pairs(inputs)
+    assert engaged and not engaged & gone  # HIR trains on none of the held-out pairs ...
+    assert pairs(outer_inputs) & gone  # ... which the outer training inputs did hold
+    # every validation target, warm or cold, is a held-out pair
+    for split_name in (WARM, COLD):
+        t = inner.targets[split_name].tocoo()
+        assert t.nnz > 0
+        assert {(inner.user_ids[u], inner.item_ids[i]) for u, i in zip(t.row, t.col, strict=True)} <= gone
+    # the new cold items keep their node (and category) but no activity
+    cold_ids = {inner.item_ids[i] for i in np.flatnonzero(inner.candidates[COLD])}
+    history = dict(zip(ids.tolist(), np.asarray(inputs.has_history).tolist(), strict=True))
+    assert cold_ids and all(e in history and not history[e] for e in cold_ids)
+    assert not (set(ids[items].tolist()) & cold_ids) and len(users)
+
+
+@pytest.mark.slow
+def test_several_seeds_mean_user_random_and_intervals(source, tmp_path):
+    from hir_pipeline.model.config import TrainConfig
+
+    entities, relations, events = source
+    model = ModelConfig(level_sizes=(2, 4), hidden_dim=16, num_layers=1, num_heads=2, out_dim=8, id_buckets=128,
+                        max_dist=3, use_content=False, attn_block_size=64)
+    train = TrainConfig(epochs=1, batch_size=64, engagement_batch_size=32, warmup_steps=1, device="cpu", seed=5,
+                        pad_to=64)
+    settings = EvaluationSettings(baselines=("popularity", "random"), hir_seeds=2, bootstrap_samples=200)
+    bronze = {"entities": entities, "relations": relations, "events": events}
+    out = evaluate_run(bronze, None, RUN, tmp_path / "ckpt", dataclasses.replace(
+        CONFIG, model=model, train=train, evaluation=settings))
+    got = {(m, s, n): v for m, s, n, v in out.rows}
+    assert set(out.details["hir_seeds"]) == {"5", "6"} and (tmp_path / "ckpt" / "seed_6").is_dir()
+    for split_name in (WARM, COLD):
+        seeds = [out.details["hir_seeds"][x][split_name] for x in ("5", "6")]
+        assert got[("hir", split_name, "recall_at_20")] == pytest.approx(np.mean(seeds), abs=1e-4)
+        assert got[("hir", split_name, "recall_at_20_seed_std")] == pytest.approx(np.std(seeds, ddof=1), abs=1e-4)
+        for method in ("hir_mean_user", "popularity", "random"):
+            assert 0.0 <= got[(method, split_name, "recall_at_20")] <= 1.0
+        lo, mid, hi = (got[("hir", split_name, f"recall_at_20_diff_vs_best_baseline{e}")]
+                       for e in ("_ci_low", "", "_ci_high"))
+        assert lo <= mid <= hi
+    [warm] = [c for c in out.details["comparisons"] if c["split"] == WARM]
+    assert warm["baseline"] in ("popularity", "random") and warm["users"] == got[("hir", WARM, "users")]
+    json.dumps(out.details, allow_nan=False)  # asset metadata and MLflow take it as JSON
