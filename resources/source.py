@@ -9,33 +9,19 @@ from __future__ import annotations
 import dagster as dg
 from pyspark.sql import SparkSession
 
+from resources.config_schema import config_class
 from spark_jobs.ingestion.sources.spec import BUILTIN_SOURCES, SourceSpec
 
 __all__ = ["BUILTIN_SOURCES", "SourceResource"]
 
-_S = SourceSpec()
 
-
-class SourceResource(dg.ConfigurableResource):
-    """The activity source.
-
-    Args:
-        location: ``movielens`` (MovieLens-100k, fetched once into the cache), ``synthetic`` (the seeded
-            ad-ecosystem generator) or a folder / URI holding ``entities``, ``relations`` and ``events``.
-        synthetic_events: approximate number of impressions the synthetic generator emits.
-        synthetic_seed: seed of the synthetic generator.
-        synthetic_images: give synthetic products real Fashion-MNIST images (Debian package).
-    """
-
-    location: str = _S.location
-    synthetic_events: int = _S.synthetic_events
-    synthetic_seed: int = _S.synthetic_seed
-    synthetic_images: bool = _S.synthetic_images
+class SourceResource(config_class(SourceSpec, base=dg.ConfigurableResource, name="SourceSettings")):
+    """The activity source: the fields of :class:`spark_jobs.ingestion.sources.spec.SourceSpec`, derived from it
+    (defaults, descriptions and validation are that class's)."""
 
     def spec(self) -> SourceSpec:
         """The source these settings name."""
-        return SourceSpec(location=self.location, synthetic_events=self.synthetic_events,
-                          synthetic_seed=self.synthetic_seed, synthetic_images=self.synthetic_images)
+        return self.to_dataclass()
 
     @property
     def name(self) -> str:

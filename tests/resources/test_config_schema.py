@@ -23,11 +23,12 @@ from hir_pipeline.evaluation.baselines import ALSConfig, LightGCNConfig
 from hir_pipeline.evaluation.runner import EvaluationSettings
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.publish.stable_ids import MatchConfig
-from resources import GraphSettingsResource, ModelSettingsResource
+from resources import GraphSettingsResource, ModelSettingsResource, SourceResource
 from resources.config_schema import LIBRARY_DEFAULT_NOTE, DerivedConfig, arg_descriptions, config_class
 from spark_jobs.evaluation.split import SplitConfig
 from spark_jobs.graph import GraphConfig
 from spark_jobs.ingestion.labels import IngestConfig
+from spark_jobs.ingestion.sources.spec import SourceSpec
 from spark_jobs.publish import PublishSettings
 
 #: Every core dataclass behind a Dagster config class: (Dagster class, path of the section holding it, the dataclass,
@@ -46,6 +47,7 @@ DERIVED = [
     (PublishConfig, (), PublishSettings, set()),
     (PublishConfig, ("match",), MatchConfig, set()),
     (IngestionConfig, (), IngestConfig, set()),
+    (SourceResource, (), SourceSpec, set()),
 ]
 #: Dagster config classes with no core settings of their own (run behaviour only).
 RUN_BEHAVIOUR_ONLY = {TrainingConfig}
