@@ -35,7 +35,7 @@ from resources.config_schema import config_class
 from spark_jobs.publish import (
     WRITE_ORDER,
     MissingInput,
-    Publication,
+    PublicationFrames,
     PublishSettings,
     build_publication,
     read_inputs,
@@ -108,7 +108,7 @@ def log_publication(
     mlflow: MLflowResource,
     lake: LakeResource,
     day: dt.date,
-    publication: Publication,
+    publication: PublicationFrames,
     versions: dict[str, int],
     counts: dict[str, int],
     pictures: dict[str, bytes],

@@ -96,7 +96,7 @@ def sample_settings(path: Path = SAMPLE_CONFIG) -> dict:
 def prepare(lake: str, day: dt.date) -> dict:
     """The evaluation split of ``day`` and its inner validation split: data, HIR inputs, item content (Spark)."""
     from resources import SparkResource
-    from spark_jobs.evaluation.data import collect_content
+    from spark_jobs.evaluation.data import collect_entity_content
     from spark_jobs.evaluation.run import (
         EvaluationJobConfig,
         prepare_evaluation,
@@ -111,7 +111,7 @@ def prepare(lake: str, day: dt.date) -> dict:
     # the split ALS tunes on (its fraction and the evaluation's seed), with the outer split's share of cold items
     inner, inner_inputs = prepare_validation(bronze, split, data, content, day, config)
     als, split_cfg = config.evaluation.als, config.split
-    return {"data": data, "inputs": inputs, "item_content": collect_content(content, data.item_ids),
+    return {"data": data, "inputs": inputs, "item_content": collect_entity_content(content, data.item_ids),
             "note": split.note, "run_date": str(day),
             "validation": {"data": inner, "inputs": inner_inputs, "fraction": als.validation_fraction,
                            "seed": config.evaluation.seed, "cold_fraction": split_cfg.cold_item_fraction}}

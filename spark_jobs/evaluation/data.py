@@ -70,7 +70,7 @@ def collect_eval_data(
         by_split, items, cold)
 
 
-def collect_content(content_df: DataFrame | None, entity_ids: Sequence[str],
+def collect_entity_content(content_df: DataFrame | None, entity_ids: Sequence[str],
                     column: str = "embedding") -> np.ndarray | None:
     """float32 ``[len(entity_ids), Dc]`` content vectors in the given order (zero rows where missing).
 

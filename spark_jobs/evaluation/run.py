@@ -45,7 +45,7 @@ from hir_pipeline.evaluation.scoring import EmbeddingScorer
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.timing import Stages
 from spark_jobs.delta_io import MissingInput, read_table, replace_run_date, table_exists
-from spark_jobs.evaluation.data import collect_content, collect_eval_data
+from spark_jobs.evaluation.data import collect_entity_content, collect_eval_data
 from spark_jobs.evaluation.split import EvaluationSplit, SplitConfig, split_events
 from spark_jobs.graph import GraphConfig, GraphSnapshot, build_edges, build_nodes, build_views
 from spark_jobs.model.inputs import load_model_inputs
@@ -307,7 +307,7 @@ def evaluate_run(
     if len(seeds) > 1:
         rows += [("hir", s, f"{recall}_seed_std", float(np.std([by_seed[x][s] for x in seeds], ddof=1)))
                  for s in per_user["hir"]]
-    item_content = collect_content(content, data.item_ids)
+    item_content = collect_entity_content(content, data.item_ids)
     scorers = make_baselines(settings, item_content)
     baselines = ranking_results(scorers, data, settings.k, progress=say)
     seconds.update({f"method_{m}": round(v, 2) for m, v in baselines.seconds.items()})

@@ -164,7 +164,7 @@ def _start(df: DataFrame) -> DataFrame:
     return df.withColumn(REASON, F.lit(None).cast("string")).withColumn(DETAIL, F.lit(None).cast("string"))
 
 
-def content_hash(*cols: str) -> Column:
+def row_hash(*cols: str) -> Column:
     """SHA-256 over the given columns (nulls distinguished from empty strings)."""
     return F.sha2(F.concat_ws("\u0001", *[F.coalesce(F.col(c).cast("string"), F.lit("\u0000")) for c in cols]), 256)
 
@@ -185,7 +185,7 @@ def label_entities(raw: DataFrame, entity_types: tuple[str, ...] = ENTITY_TYPES)
         (F.col("attributes").isNotNull() & (~attrs.startswith("{") | F.get_json_object(attrs, "$").isNull()),
          R.INVALID_VALUE, F.lit("attributes is not a JSON object")),
     ])
-    df = df.withColumn("_hash", content_hash("entity_type", "title", "description", "image_uri", "attributes"))
+    df = df.withColumn("_hash", row_hash("entity_type", "title", "description", "image_uri", "attributes"))
     valid = F.col(REASON).isNull()
     by_id = Window.partitionBy("entity_id", valid)
     rank = F.row_number().over(by_id.orderBy(F.col("_created").desc_nulls_last(), F.col("_hash").desc()))
@@ -275,7 +275,7 @@ def label_events(
         (F.col("_item_ok").isNull(), R.DANGLING_REFERENCE,
          F.concat(F.lit("entity_id '"), F.col("entity_id"), F.lit("' is not a non-user entity"))),
     ])
-    derived_id = F.concat(F.lit("derived:"), content_hash("user_id", "entity_id", "event_type", "_ts", "value"))
+    derived_id = F.concat(F.lit("derived:"), row_hash("user_id", "entity_id", "event_type", "_ts", "value"))
     df = df.withColumn("event_id", F.coalesce(F.col("event_id"), derived_id))
     if accepted_before is not None:
         seen = accepted_before.select(F.col("event_id").alias("_seen_id")).distinct().withColumn("_seen", F.lit(True))

@@ -159,7 +159,7 @@ def collect_views(views_df: DataFrame, num_nodes: int | None = None) -> dict[str
     return out
 
 
-def collect_content(content_df: DataFrame | None, nodes_df: DataFrame, num_nodes: int,
+def collect_node_content(content_df: DataFrame | None, nodes_df: DataFrame, num_nodes: int,
                     column: str = "embedding") -> tuple[np.ndarray, np.ndarray]:
     """``(content float32 [N, Dc], has_content bool [N])`` from a ``content_embeddings`` frame.
 
@@ -287,7 +287,7 @@ def load_model_inputs(
              f"(dim {structure.shape[1]})")
     views = stages.run("views", lambda: collect_views(views_df, n))
     done("views", f"{len(views[VIEW_BROAD]):,} broad and {len(views[VIEW_NARROW]):,} narrow views")
-    content, has_content = stages.run("content", lambda: collect_content(content_df, nodes_df, n, content_column))
+    content, has_content = stages.run("content", lambda: collect_node_content(content_df, nodes_df, n, content_column))
     done("content", f"content vectors of {int(has_content.sum()):,} nodes (dim {content.shape[1]})")
     engagement, seen = stages.run("engagement", lambda: collect_activity(edges_df, funnel, weights))
     done("engagement", f"{len(engagement[0]):,} engagement pairs and {len(seen[0]):,} seen-only pairs")

@@ -20,7 +20,7 @@ from spark_jobs.publish.io import (
 )
 from spark_jobs.publish.matching import ClusterIds, next_cluster_ids, previous_run_date, stable_mapping
 from spark_jobs.publish.transform import (
-    Publication,
+    PublicationFrames,
     PublishInputs,
     PublishSettings,
     build_publication,
@@ -38,7 +38,7 @@ __all__ = [
     "WRITE_ORDER",
     "ClusterIds",
     "MissingInput",
-    "Publication",
+    "PublicationFrames",
     "PublishInputs",
     "PublishSettings",
     "build_publication",

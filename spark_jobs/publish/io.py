@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.delta_io import MissingInput, read_run_date, read_table, replace_run_date, table_exists
 from spark_jobs.publish.matching import next_cluster_ids, previous_run_date
-from spark_jobs.publish.transform import Publication, PublishInputs, PublishSettings, build_publication
+from spark_jobs.publish.transform import PublicationFrames, PublishInputs, PublishSettings, build_publication
 
 #: Write order: node_embeddings last, it is the commit marker readers resolve a publication by
 #: (``hir_pipeline.query``): a run killed before it leaves the previous publication as the readable one.
@@ -87,8 +87,9 @@ def read_inputs(spark: SparkSession, path: Callable[[str], str], run_date: dt.da
                          next_ids=next_ids, n_levels=n_levels, edges_date=edges_date)
 
 
-def write_publication(spark: SparkSession, publication: Publication, path: Callable[[str], str], run_date: dt.date,
-                      on_written: Callable[[str, int, int], None] | None = None) -> dict[str, tuple[int, int]]:
+def write_publication(spark: SparkSession, publication: PublicationFrames, path: Callable[[str], str],
+                      run_date: dt.date, on_written: Callable[[str, int, int], None] | None = None
+                      ) -> dict[str, tuple[int, int]]:
     """Write the four tables in :data:`WRITE_ORDER` (marker last), one Delta commit each.
 
     Args:
@@ -111,7 +112,7 @@ def write_publication(spark: SparkSession, publication: Publication, path: Calla
 
 
 def publish(spark: SparkSession, path: Callable[[str], str], run_date: dt.date,
-            settings: PublishSettings | None = None) -> tuple[Publication, dict[str, tuple[int, int]]]:
+            settings: PublishSettings | None = None) -> tuple[PublicationFrames, dict[str, tuple[int, int]]]:
     """One publish run without Dagster or MLflow: read, build, write (what the publish asset does first)."""
     publication = build_publication(spark, read_inputs(spark, path, run_date), run_date, settings)
     return publication, write_publication(spark, publication, path, run_date)

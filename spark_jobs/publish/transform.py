@@ -84,7 +84,7 @@ class PublishInputs:
 
 
 @dataclass
-class Publication:
+class PublicationFrames:
     """The four tables of one run date (lazy DataFrames) and how their cluster IDs were decided.
 
     Attributes:
@@ -294,7 +294,7 @@ def cluster_profiles(
 
 
 def build_publication(spark: SparkSession, inputs: PublishInputs, run_date: dt.date,
-                      settings: PublishSettings | None = None) -> Publication:
+                      settings: PublishSettings | None = None) -> PublicationFrames:
     """The four published tables of ``run_date``.
 
     Args:
@@ -323,5 +323,5 @@ def build_publication(spark: SparkSession, inputs: PublishInputs, run_date: dt.d
         "cluster_profiles": cluster_profiles(spark, assignments, ids, hierarchy, inputs.entities, version,
                                              run_date, settings),
     }
-    return Publication(tables=tables, stable=ids.stable, model_version=version,
+    return PublicationFrames(tables=tables, stable=ids.stable, model_version=version,
                        previous_run_date=inputs.previous_date)
