@@ -114,6 +114,53 @@ def _resolve_partition(source: str, partition: str | None) -> tuple[str, str]:
     return latest.isoformat(), "all"
 
 
+#: Tags ``hir materialize`` puts on its in-process runs, so that a later ``hir`` can tell a dead one.
+PID_TAG, HOST_TAG = "hir/pid", "hir/host"
+
+
+def _process_tags() -> dict[str, str]:
+    import socket
+
+    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+
+
+def _died(run) -> bool:
+    """Whether ``run`` was executed in-process by a ``hir`` on this machine whose process is gone."""
+    import socket
+
+    pid, host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
+    if not pid or host != socket.gethostname():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
+def refuse_concurrent_run(instance, partition: str) -> None:
+    """Raise ``ValueError`` naming the run when a run for ``partition`` is queued or in progress on ``instance``.
+
+    Two runs of one date would replace each other's rows half-way; the daemon's one-run queue does not see runs
+    that ``hir`` executes in-process, so the check is made here. A run of a ``hir`` process on this machine that
+    died (killed, machine lost) is marked failed instead, so that it never blocks the next night.
+    """
+    import dagster as dg
+
+    active = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+              dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=active, tags={"dagster/partition": partition})):
+        if _died(run):
+            instance.report_run_failed(run, f"the hir process {run.tags[PID_TAG]} that ran it is gone")
+            print(f"hir: run {run.run_id} for {partition} was left by a process that died; marked failed",
+                  file=sys.stderr)
+            continue
+        raise ValueError(f"run {run.run_id} for {partition} is {run.status.value.lower()} on this Dagster instance; "
+                         "wait for it, or cancel it in the UI, before starting another")
+
+
 def cmd_materialize(args: argparse.Namespace) -> int:
     """Run the whole asset graph (or ``--select``) for one run date, in-process, through Dagster."""
     import dagster as dg
@@ -131,10 +178,12 @@ def cmd_materialize(args: argparse.Namespace) -> int:
         job = job.get_subset(asset_selection=set(dg.AssetSelection.from_string(args.select).resolve(
             defs.resolve_asset_graph())))
     run_config = load_run_config(args.config, job, known_ops=nightly.graph.node_dict)
+    refuse_concurrent_run(dg.DagsterInstance.get(), partition)
     if _selects_ingestion(job):
         run_config.setdefault("ops", {}).setdefault("bronze_tables", {}).setdefault("config", {})["window"] = window
     result = job.execute_in_process(
-        partition_key=partition, instance=dg.DagsterInstance.get(), run_config=run_config, raise_on_error=False
+        partition_key=partition, instance=dg.DagsterInstance.get(), run_config=run_config, raise_on_error=False,
+        tags=_process_tags(),
     )
     failed_checks = [e for e in result.get_asset_check_evaluations() if not e.passed]
     for check in failed_checks:
@@ -173,9 +222,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     selection = dg.AssetSelection.groups("ingestion") | dg.AssetSelection.assets("content_embeddings",
                                                                                  "evaluation_report")
     everything = [*dg.load_assets_from_modules(ASSET_MODULES), *dg.load_asset_checks_from_modules(ASSET_MODULES)]
+    refuse_concurrent_run(dg.DagsterInstance.get(), partition)
     result = dg.materialize(
         everything, selection=selection, partition_key=partition, resources=resources,
-        instance=dg.DagsterInstance.get(), raise_on_error=False, run_config=run_config,
+        instance=dg.DagsterInstance.get(), raise_on_error=False, run_config=run_config, tags=_process_tags(),
     )
     reports = [e for e in result.get_asset_materialization_events()
                if e.asset_key == dg.AssetKey("evaluation_report")]

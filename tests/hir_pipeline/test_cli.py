@@ -189,3 +189,59 @@ def test_version(capsys):
         build_parser().parse_args(["--version"])
     assert stop.value.code == 0
     assert capsys.readouterr().out.strip() == f"hir {version('hir-pipeline')}"
+
+
+def test_a_run_of_the_same_date_in_progress_refuses_another(tmp_path):
+    import dagster as dg
+
+    from hir_pipeline.cli import refuse_concurrent_run
+
+    @dg.op
+    def noop():
+        return 1
+
+    @dg.job
+    def job():
+        noop()
+
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        refuse_concurrent_run(instance, "2024-03-02")  # nothing in progress
+        run = instance.create_run_for_job(job, tags={"dagster/partition": "2024-03-02"},
+                                          status=dg.DagsterRunStatus.STARTED)
+        with pytest.raises(ValueError, match=rf"^run {run.run_id} for 2024-03-02 is started on this Dagster"):
+            refuse_concurrent_run(instance, "2024-03-02")
+        refuse_concurrent_run(instance, "2024-03-03")  # another date may run
+        instance.report_run_failed(run)
+        refuse_concurrent_run(instance, "2024-03-02")  # a finished run does not block
+
+
+def test_a_run_left_by_a_dead_hir_process_is_marked_failed_not_blocking(tmp_path, capsys):
+    import socket
+    import subprocess
+    import sys
+
+    import dagster as dg
+
+    from hir_pipeline.cli import HOST_TAG, PID_TAG, refuse_concurrent_run
+
+    @dg.op
+    def noop():
+        return 1
+
+    @dg.job
+    def job():
+        noop()
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that no longer runs
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        tags = {"dagster/partition": "2024-03-02", HOST_TAG: socket.gethostname()}
+        dead = instance.create_run_for_job(job, tags={**tags, PID_TAG: str(gone.pid)},
+                                           status=dg.DagsterRunStatus.STARTED)
+        refuse_concurrent_run(instance, "2024-03-02")
+        assert instance.get_run_by_id(dead.run_id).status == dg.DagsterRunStatus.FAILURE
+        assert "marked failed" in capsys.readouterr().err
+        alive = instance.create_run_for_job(job, tags={**tags, PID_TAG: str(os.getpid())},
+                                            status=dg.DagsterRunStatus.STARTED)
+        with pytest.raises(ValueError, match=alive.run_id):
+            refuse_concurrent_run(instance, "2024-03-02")
