@@ -19,6 +19,7 @@ Sources are read as users write them, e.g. with ``pandas.DataFrame.to_parquet()`
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -138,6 +139,18 @@ def _parquet_files(path: Path) -> list[Path]:
         part.startswith((".", "_")) for part in p.relative_to(path).parts) and not p.name.endswith(".crc"))
 
 
+def _group_column(df: DataFrame, c: str, nulls: set[str], kinds: dict[str, set[str]], as_text: set[str],
+                  ddl: dict[str, str]) -> Column:
+    """Column ``c`` of one group of files, made ready to union with the other groups (see the caller)."""
+    if c in nulls:  # null where another group has values (the union takes that type), else the contract's type
+        return (F.lit(None) if c in kinds else F.lit(None).cast(ddl.get(c, "string"))).alias(c)
+    col, dtype = F.col(f"`{c}`"), df.schema[c].dataType
+    if c in as_text:
+        numeric_id = ddl.get(c) == "string" and isinstance(dtype, _NUMBER_TYPES)
+        return (_identifier(col, dtype) if numeric_id else col.cast("string")).alias(c)
+    return col
+
+
 def _read_local_parquet(spark: SparkSession, table: str, path: str) -> DataFrame:
     """A local Parquet table, its files grouped by footer schema so that all-null columns read as typed nulls.
 
@@ -150,26 +163,35 @@ def _read_local_parquet(spark: SparkSession, table: str, path: str) -> DataFrame
     import pyarrow.parquet as pq
 
     base = Path(path)
-    groups: dict[tuple[str, ...], list[str]] = {}
+    # one group per footer schema: Spark reads a group with one schema, and unionByName widens between groups
+    groups: dict[tuple[tuple[str, str], ...], list[str]] = {}
     for file in _parquet_files(base):
         try:
             schema = pq.read_schema(file)
         except (pa.ArrowException, OSError) as exc:
             raise SourceError(f"{table}: {file} is not a readable Parquet file ({exc}); remove or rewrite it") \
                 from exc
-        nulls = tuple(sorted(f.name for f in schema if pa.types.is_null(f.type)))
-        groups.setdefault(nulls, []).append(str(file))
+        groups.setdefault(tuple((f.name, str(f.type)) for f in schema), []).append(str(file))
     if not groups:
         raise SourceError(f"{table}: {path} holds no Parquet files")
     ddl = {c.name: c.ddl for c in SOURCE_TABLES[table]}
     reader = spark.read.format("parquet")
     if base.is_dir():
         reader = reader.option("basePath", str(base))  # keeps partition columns (key=value folders)
+    kinds: dict[str, set[str]] = {}
+    for fields in groups:
+        for name, kind in fields:
+            if kind != "null":
+                kinds.setdefault(name, set()).add(kind)
+    # files that disagree on a column's type (other than numbers of different widths, which the union widens) are
+    # read as text, which the labelling parses as it parses text from any source (identifiers: 7 -> "7")
+    numeric = re.compile(r"^(u?int\d+|float|double|halffloat|decimal.*)$")
+    as_text = {c for c, k in kinds.items() if len(k) > 1 and not all(numeric.match(x) for x in k)}
     frames = []
-    for nulls, files in groups.items():
+    for fields, files in groups.items():
+        nulls = {name for name, kind in fields if kind == "null"}
         df = reader.load(files)
-        frames.append(df.select(*[F.lit(None).cast(ddl.get(c, "string")).alias(c) if c in nulls
-                                  else F.col(f"`{c}`") for c in df.columns]))
+        frames.append(df.select(*[_group_column(df, c, nulls, kinds, as_text, ddl) for c in df.columns]))
     out = frames[0]
     for df in frames[1:]:
         out = out.unionByName(df, allowMissingColumns=True)

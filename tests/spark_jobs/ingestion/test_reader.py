@@ -187,3 +187,38 @@ def test_a_backfill_run_date_ignores_future_events_and_is_never_in_the_future(sp
     events = spark.createDataFrame([*rows, (f"{tomorrow} 01:00:00",)], "event_ts string")
     assert latest_event_date(events, not_after=dt.datetime.combine(tomorrow, dt.time(12))) == today
     assert latest_event_date(spark.createDataFrame([("x",)], "event_ts string"), dt.datetime(2025, 1, 1)) is None
+
+
+def test_a_folder_whose_files_disagree_on_types_reads_as_text_where_needed(spark, tmp_path):
+    """One file with string ids and an all-null created_at, another with int ids and timestamps; int32 and float64
+    weights; an all-null value in one file only."""
+    import numpy as np
+    import pandas as pd
+
+    from spark_jobs.ingestion.reader import as_timestamp
+
+    for t in ("entities", "relations", "events"):
+        (tmp_path / t).mkdir()
+    pd.DataFrame({"entity_id": ["u1", "i1"], "entity_type": ["user", "product"], "created_at": [None, None]}) \
+        .to_parquet(tmp_path / "entities" / "a.parquet")
+    pd.DataFrame({"entity_id": [7, 8], "entity_type": ["user", "product"],
+                  "created_at": pd.to_datetime(["2024-01-01", "2024-01-02"])}) \
+        .to_parquet(tmp_path / "entities" / "b.parquet")
+    pd.DataFrame({"src_id": ["i1"], "dst_id": ["8"], "relation": ["r"], "weight": np.array([1], dtype="int32")}) \
+        .to_parquet(tmp_path / "relations" / "a.parquet")
+    pd.DataFrame({"src_id": ["8"], "dst_id": ["i1"], "relation": ["r"], "weight": [2.5]}) \
+        .to_parquet(tmp_path / "relations" / "b.parquet")
+    pd.DataFrame({"user_id": ["u1"], "entity_id": ["i1"], "event_type": ["click"],
+                  "event_ts": pd.to_datetime(["2024-03-01"]), "value": np.array([3], dtype="int32")}) \
+        .to_parquet(tmp_path / "events" / "a.parquet")
+    pd.DataFrame({"user_id": ["7"], "entity_id": ["8"], "event_type": ["click"],
+                  "event_ts": pd.to_datetime(["2024-03-02"]), "value": [None]}) \
+        .to_parquet(tmp_path / "events" / "b.parquet")
+    tables = read_source(spark, str(tmp_path))
+    en = tables["entities"]
+    assert sorted(tuple(r) for r in en.select("entity_id", as_timestamp(en, "created_at").cast("string")).collect()) \
+        == [("7", "2024-01-01 00:00:00"), ("8", "2024-01-02 00:00:00"), ("i1", None), ("u1", None)]
+    assert sorted(tuple(r) for r in tables["relations"].select("src_id", "weight").collect()) == [("8", 2.5),
+                                                                                                  ("i1", 1.0)]
+    assert sorted(tuple(r) for r in tables["events"].select("user_id", "value").collect()) == [("7", None),
+                                                                                              ("u1", 3)]
