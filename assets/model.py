@@ -4,13 +4,18 @@
 current ``content_embeddings`` snapshot (each at an explicit Delta version, logged to MLflow; the content table
 holds one current snapshot, so an old date re-run reads today's vectors), collects them to the driver
 (:mod:`spark_jobs.model.inputs`), trains with :func:`hir_pipeline.training.fit.fit_and_embed` (CUDA + bf16 when
-present, else CPU), logs and registers the published encoder (``published_encoder``: the student by default, or
-the EMA teacher; the same network embeds the nodes) and writes
+present, else CPU), logs the published encoder to MLflow (``published_encoder``: the student by default, or the EMA
+teacher; the same network embeds the nodes), checks its outputs in memory (blocking asset checks of
+:mod:`hir_pipeline.training.output_checks`: finite unit-norm embeddings, several clusters per level, no collapsed
+space) and only when they pass writes
 
 * ``model_outputs`` - one row per node: L2-normalised embedding, top-1 cluster and its probability per level;
 * ``model_hierarchy`` - one row per prototype, with its parent cluster;
 
-replacing the run date's rows (Delta ``replaceWhere``). Publishing turns these into the contract tables.
+replacing the run date's rows (Delta ``replaceWhere``), and then registers the model: a registered version always
+has checked outputs in the lake. A model that fails a check is neither written nor registered (its MLflow run is
+tagged ``hir.rejected``) and the failed blocking check keeps evaluation and publishing from running on it.
+Publishing turns these tables into the contract tables.
 
 Crash safety: every epoch ends with a checkpoint in ``<HIR state dir>/checkpoints/<run_date>/``; materializing
 the date again resumes from it (same fingerprint of inputs and settings only) and continues the same MLflow run.
@@ -32,23 +37,38 @@ from assets.model_tracking import (
     TAG_RUN_DATE,
     epoch_metrics,
     flat_params,
-    log_and_register_model,
     log_input_tables,
+    log_model,
+    next_model_version,
     output_cluster_stats,
+    register_model,
     remember_run,
     resumable_run_id,
 )
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_stages
 from hir_pipeline.settings import state_dir
+from hir_pipeline.training.output_checks import CHECK_NAMES, CheckOutcome, OutputCheckConfig, check_outputs
 from resources import GraphSettingsResource, LakeResource, MLflowResource, ModelSettingsResource, SparkResource
+from resources.config_schema import config_class, section
 from resources.model_settings import TrainSection
 from spark_jobs.delta_io import MissingInput
 from spark_jobs.graph import GraphSnapshot
 from spark_jobs.model.inputs import CONTENT_TABLE, GRAPH_TABLES, load_model_inputs, read_model_tables
-from spark_jobs.model.outputs import model_hierarchy_frame, model_outputs_frame, write_model_outputs
+from spark_jobs.model.outputs import (
+    model_hierarchy_frame,
+    model_outputs_frame,
+    relabel_model_version,
+    write_model_outputs,
+)
 
 GROUP = "model"
+OutputChecksSection = config_class(OutputCheckConfig)
+CHECK_DESCRIPTIONS = {
+    CHECK_NAMES[0]: "Every published embedding is finite and L2-normalised.",
+    CHECK_NAMES[1]: "Every level's top-1 cluster assignments use more than one cluster.",
+    CHECK_NAMES[2]: "The embedding space is not collapsed (mean cosine between nodes and effective rank).",
+}
 
 class TrainingConfig(dg.Config):
     """Run config of ``interest_model``: how the asset runs. The model and training settings are the
@@ -63,6 +83,9 @@ class TrainingConfig(dg.Config):
     keep_checkpoints: bool = Field(False, description="Keep the epoch checkpoints after a successful run.")
     progress_every_s: float = Field(10.0, description="Interval of the Spark progress lines in the run log while "
                                     "the graph is collected to the driver.")
+    output_checks: OutputChecksSection = section(
+        OutputChecksSection, "Thresholds of the blocking checks run on the trained model's outputs before they are "
+        "written and the model is registered.")
 
 
 def checkpoint_dir(day: dt.date) -> Path:
@@ -120,8 +143,11 @@ def _mlflow_link(mlflow_res: MLflowResource, experiment_id: str, run_id: str) ->
     deps=[dg.AssetKey(t) for t in (*GRAPH_TABLES, CONTENT_TABLE)],
     partitions_def=daily_partitions,
     compute_kind="pytorch",
-    description="Trains the hierarchical graph transformer on the run date's graph, logs and registers it in "
-                "MLflow, and writes model_outputs (one row per node) and model_hierarchy (one row per prototype).",
+    check_specs=[dg.AssetCheckSpec(name, asset="interest_model", blocking=True, description=text)
+                 for name, text in CHECK_DESCRIPTIONS.items()],
+    description="Trains the hierarchical graph transformer on the run date's graph, checks its outputs, writes "
+                "model_outputs (one row per node) and model_hierarchy (one row per prototype) and registers it in "
+                "MLflow; a model whose outputs fail a check is neither written nor registered.",
 )
 def interest_model(
     context: dg.AssetExecutionContext,
@@ -131,7 +157,7 @@ def interest_model(
     mlflow: MLflowResource,
     graph_settings: GraphSettingsResource,
     model_settings: ModelSettingsResource,
-) -> dg.MaterializeResult:
+):
     import mlflow as mlf
     import torch
 
@@ -212,25 +238,41 @@ def interest_model(
         train_time = float(sum(h["epoch_time_s"] for h in result.history))
         mlf.log_metrics({**stats, "train_time_s": train_time, "infer_time_s": result.infer_time_s,
                          "collect_inputs_s": collect_s})
-        context.log.info(f"Trained on {result.device} (bf16={result.bf16}); logging and registering the "
-                         f"{result.train_cfg.published_encoder} (the published encoder)")
-        model_version = log_and_register_model(result, mlflow.registered_model, day)
-
         res = result.inference
-        outputs = model_outputs_frame(session, inputs.entity_ids, inputs.entity_types, res.embeddings, res.probs,
-                                      res.has_view, model_version, day)
-        hierarchy = model_hierarchy_frame(session, result.prototypes, res.parent_maps, model_version, day)
-        out_versions = write_model_outputs(session, lake.path, day, outputs, hierarchy)
-        mlf.set_tags({f"hir.output.{t}.delta_version": str(v) for t, v in out_versions.items()})
-        context.log.info(f"Wrote {inputs.num_nodes:,} model_outputs and {sum(result.model_cfg.level_sizes):,} "
-                         f"model_hierarchy rows for run date {day} (model version {model_version}) at Delta "
-                         f"versions {out_versions}")
+        checks = check_outputs(res.embeddings, res.probs, config.output_checks.to_dataclass())
+        mlf.log_metrics(check_metrics(checks))
+        passed = all(c.passed for c in checks)
+        model_uri = log_model(result, day)
+        if passed:
+            # write, then register: a registered version always has checked outputs in the lake
+            model_version = next_model_version(mlflow.registered_model)
+            outputs = model_outputs_frame(session, inputs.entity_ids, inputs.entity_types, res.embeddings, res.probs,
+                                          res.has_view, model_version, day)
+            hierarchy = model_hierarchy_frame(session, result.prototypes, res.parent_maps, model_version, day)
+            out_versions = write_model_outputs(session, lake.path, day, outputs, hierarchy)
+            registered = register_model(model_uri, mlflow.registered_model, day, fingerprint,
+                                        result.train_cfg.published_encoder)
+            if registered != model_version:  # another registration took the number meanwhile
+                out_versions = relabel_model_version(session, lake.path, day, model_version, registered)
+                model_version = registered
+            mlf.set_tags({f"hir.output.{t}.delta_version": str(v) for t, v in out_versions.items()})
+            context.log.info(f"Registered the {result.train_cfg.published_encoder} as model version {model_version} "
+                             f"after writing {inputs.num_nodes:,} model_outputs and "
+                             f"{sum(result.model_cfg.level_sizes):,} model_hierarchy rows for run date {day} at Delta "
+                             f"versions {out_versions}")
+        else:
+            model_version, out_versions = "none", {}
+            failed = "; ".join(f"{c.name}: {c.details}" for c in checks if not c.passed)
+            mlf.set_tag("hir.rejected", failed[:5000])
+            context.log.error(f"The trained model failed its output checks ({failed}): nothing written, nothing "
+                              f"registered; the lake keeps what it held for {day}")
 
     if not config.keep_checkpoints:
         shutil.rmtree(ckpt, ignore_errors=True)
     final = result.final_metrics
     levels = range(len(result.model_cfg.level_sizes))
-    return dg.MaterializeResult(metadata={
+    yield dg.MaterializeResult(metadata={
+        "outputs_written": passed,
         "dagster/row_count": inputs.num_nodes,
         "run_date": str(day),
         "model_version": model_version,
@@ -258,3 +300,19 @@ def interest_model(
         "model_outputs_path": dg.MetadataValue.path(lake.path("model_outputs")),
         "model_hierarchy_path": dg.MetadataValue.path(lake.path("model_hierarchy")),
     })
+    for check in checks:
+        yield check_result(check)
+
+
+def check_metrics(checks: list[CheckOutcome]) -> dict[str, float]:
+    """The numbers the output checks measured, as MLflow metrics (``check.<name>.<measure>``)."""
+    return {f"check.{c.name}.{k}": float(v) for c in checks for k, v in c.details.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def check_result(check: CheckOutcome) -> dg.AssetCheckResult:
+    """One output check as a blocking asset check result (ERROR severity: downstream assets do not run)."""
+    return dg.AssetCheckResult(
+        check_name=check.name, passed=check.passed, severity=dg.AssetCheckSeverity.ERROR,
+        description=check.description,
+        metadata={k: dg.MetadataValue.json(v) if isinstance(v, list) else v for k, v in check.details.items()})

@@ -117,8 +117,9 @@ def output_cluster_stats(result: FitResult) -> dict[str, float]:
     return out
 
 
-def log_and_register_model(result: FitResult, registered_model: str, day: dt.date) -> str:
-    """Log the published encoder with MLflow 3 (``name="model"``), register it; returns the version as a string.
+def log_model(result: FitResult, day: dt.date) -> str:
+    """Log the published encoder with MLflow 3 (``name="model"``) to the active run, *not* registered yet;
+    returns its model URI (``models:/<model id>``).
 
     The logged module is ``result.model``: the network that produced the published embeddings and cluster
     probabilities (``train_cfg.published_encoder``: the student or the EMA teacher). It is pickled (its forward
@@ -126,29 +127,24 @@ def log_and_register_model(result: FitResult, registered_model: str, day: dt.dat
     as code, so it loads without this checkout. Config, which encoder it is, the temperature and centers of its
     cluster softmax (``centers`` null for the student), the kind of views it embeds (``views``: narrow for the
     student, broad for the teacher) and the parent maps go beside it as ``model_meta.json``
-    (they are needed to reproduce the cluster probabilities); the model version is tagged
-    ``hir.published_encoder``.
+    (they are needed to reproduce the cluster probabilities).
     """
     import dataclasses
     from importlib.metadata import version as dist_version
 
     import mlflow
-    from mlflow import MlflowClient
 
     import hir_pipeline
 
-    model = result.model.cpu()
     encoder = result.train_cfg.published_encoder
     info = mlflow.pytorch.log_model(
-        model,
+        result.model.cpu(),
         name="model",
-        registered_model_name=registered_model,
         serialization_format="pickle",
         code_paths=[str(Path(hir_pipeline.__file__).parent)],
         pip_requirements=[f"torch=={dist_version('torch')}", f"numpy=={dist_version('numpy')}"],
         metadata={"hir.run_date": str(day), "fingerprint": result.fingerprint, "hir.published_encoder": encoder},
     )
-    version = str(info.registered_model_version)
     mlflow.log_dict({
         "model_config": dataclasses.asdict(result.model_cfg),
         "train_config": dataclasses.asdict(result.train_cfg),
@@ -159,9 +155,29 @@ def log_and_register_model(result: FitResult, registered_model: str, day: dt.dat
         "parent_maps": [m.tolist() for m in result.inference.parent_maps],
         "fingerprint": result.fingerprint,
     }, "model_meta.json")
+    return info.model_uri
+
+
+def next_model_version(registered_model: str) -> str:
+    """The version number the registry gives the next registration of ``registered_model`` (its highest + 1).
+
+    The model's outputs carry their version and are written *before* the model is registered (a registered
+    version always has checked, written outputs), so the number is taken in advance and
+    :func:`register_model` confirms it.
+    """
+    from mlflow import MlflowClient
+
+    found = MlflowClient().search_model_versions(f"name = '{registered_model}'",
+                                                 order_by=["version_number DESC"], max_results=1)
+    return str(int(found[0].version) + 1 if found else 1)
+
+
+def register_model(model_uri: str, registered_model: str, day: dt.date, fingerprint: str, encoder: str) -> str:
+    """Register the logged model; tag the version with its run date, fingerprint and encoder and the active run
+    with the version. Returns the version."""
+    import mlflow
+
+    version = str(mlflow.register_model(model_uri, registered_model, tags={
+        TAG_RUN_DATE: str(day), "hir.fingerprint": fingerprint, "hir.published_encoder": encoder}).version)
     mlflow.set_tag(TAG_MODEL_VERSION, version)
-    client = MlflowClient()
-    client.set_model_version_tag(registered_model, version, TAG_RUN_DATE, str(day))
-    client.set_model_version_tag(registered_model, version, "hir.fingerprint", result.fingerprint)
-    client.set_model_version_tag(registered_model, version, "hir.published_encoder", encoder)
     return version

@@ -142,3 +142,22 @@ def write_model_outputs(spark: SparkSession, path: Callable[[str], str], day: dt
         replace_run_date(df, path(table), day)
         versions[table] = latest_version(spark, path(table))
     return versions
+
+
+def relabel_model_version(spark: SparkSession, path: Callable[[str], str], day: dt.date, written: str,
+                          registered: str) -> dict[str, int]:
+    """Give the run date's rows written as model version ``written`` the version the registry assigned.
+
+    The outputs are written before the model is registered, under the version the registry was expected to
+    assign; if another registration took that number in between, this one Delta ``UPDATE`` per table corrects
+    it. Returns table -> the Delta version written.
+    """
+    from delta.tables import DeltaTable
+
+    versions = {}
+    for table in OUTPUT_TABLES:
+        DeltaTable.forPath(spark, path(table)).update(
+            (F.col("run_date") == F.lit(day)) & (F.col("model_version") == F.lit(written)),
+            {"model_version": F.lit(registered)})
+        versions[table] = latest_version(spark, path(table))
+    return versions

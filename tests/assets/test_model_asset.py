@@ -38,9 +38,15 @@ TRAIN = {"epochs": 2, "batch_size": 256, "engagement_batch_size": 32, "lr": 3e-3
 MODEL_SETTINGS = ModelSettingsResource(model=MODEL, train=TRAIN)
 
 
+#: A 2-epoch, 16-wide model has not learnt to split the nodes between its clusters yet (it puts them all in one);
+#: these tests accept that, and :func:`test_a_model_failing_its_output_checks_is_neither_written_nor_registered`
+#: tests the checks at work.
+TINY_MODEL_CHECKS = {"min_clusters_used": 1}
+
+
 def _run_config(**overrides) -> dg.RunConfig:
     """Run config of ``interest_model``: how it runs (the model settings are the model_settings resource)."""
-    return dg.RunConfig(ops={"interest_model": {"config": overrides}})
+    return dg.RunConfig(ops={"interest_model": {"config": {"output_checks": TINY_MODEL_CHECKS, **overrides}}})
 
 
 def write_model_inputs(spark, bronze, lake) -> None:
@@ -214,6 +220,33 @@ def test_stopped_training_resumes_to_the_same_model_and_replaces_rows(spark, mod
     # same seed, same inputs, on CPU: the resumed training is the straight one, bit for bit
     for r in rows:
         np.testing.assert_array_equal(np.asarray(r.embedding, dtype=np.float32), first_run["embeddings"][r.entity_id])
+
+
+@pytest.mark.slow
+def test_a_model_failing_its_output_checks_is_neither_written_nor_registered(spark, model_lake, first_run):
+    """Production thresholds on the tiny model (every node in one cluster) and a collapse threshold it cannot meet:
+    the blocking checks fail, the run fails, the lake keeps the first run's rows and no version is registered."""
+    client = _client(model_lake)
+    name = model_lake["mlflow"].registered_model
+    versions_before = {v.version for v in client.search_model_versions(f"name = '{name}'")}
+    rows_before = sorted((r.entity_id, r.model_version) for r in _outputs(spark, model_lake).collect())
+
+    result = _materialize(model_lake, output_checks={"max_mean_cosine": -1.0})
+    assert not result.success
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert set(checks) == {"embeddings_finite_unit_norm", "every_level_uses_several_clusters",
+                           "embedding_space_not_collapsed"}
+    assert checks["embeddings_finite_unit_norm"].passed
+    assert not checks["every_level_uses_several_clusters"].passed  # the tiny model's one cluster per level
+    assert checks["every_level_uses_several_clusters"].metadata["clusters_used"].value == [1, 1]
+    assert not checks["embedding_space_not_collapsed"].passed and all(e.blocking for e in checks.values())
+    meta = {k: v.value for k, v in result.asset_materializations_for_node("interest_model")[0].metadata.items()}
+    assert meta["outputs_written"] is False and meta["model_version"] == "none"
+    assert {v.version for v in client.search_model_versions(f"name = '{name}'")} == versions_before
+    assert sorted((r.entity_id, r.model_version) for r in _outputs(spark, model_lake).collect()) == rows_before
+    run = client.get_run(meta["mlflow_run_id"])
+    assert "embedding_space_not_collapsed" in run.data.tags["hir.rejected"]
+    assert "check.embedding_space_not_collapsed.mean_pairwise_cosine" in run.data.metrics
 
 
 def test_output_cluster_stats_report_sharpness_and_the_published_tree():
