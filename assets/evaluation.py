@@ -16,8 +16,10 @@ HIR's ratio to the best baseline with a paired bootstrap interval over users (th
   the date (the published model the evaluation vouches for),
 * the asset's metadata: comparison table, plot, target ratios, split facts.
 
-The ``promotion_gate`` check (non-blocking) compares HIR's warm and cold Recall@K with the current champion's
-and, when they are within ``gate_tolerance``, moves the MLflow alias ``champion`` to the date's model version.
+The blocking ``promotion_gate`` check compares HIR's warm and cold Recall@K with the current champion's (the
+published model, MLflow alias ``champion``) and tags the date's model version with its verdict (``hir.gate``). A
+model that fails it is not published (publishing depends on this asset and checks the verdict), unless
+``publish_despite_gate`` overrides it; publishing moves ``champion``.
 """
 
 import datetime as dt
@@ -28,12 +30,15 @@ import dagster as dg
 from pydantic import Field
 
 from assets.evaluation_tracking import (
+    GATE_FAILED,
+    GATE_OVERRIDDEN,
+    GATE_PASSED,
     NO_MODEL_VERSION,
     champion,
     evaluation_run,
     log_evaluation,
     production_configs,
-    promote,
+    record_gate,
     training_run,
 )
 from assets.model import forward_training_logs
@@ -89,8 +94,11 @@ class EvaluationConfig(config_class(EvaluationSettings, exclude=EVALUATION_SET_E
     torch_threads: int = Field(0, description="torch intra-op threads while the evaluation trains and scores "
                                "(0: torch's default).")
     # -- promotion
-    gate_tolerance: float = Field(0.05, description="The model becomes champion when its warm and cold Recall@k "
-                                  "are >= (1 - tolerance) x the champion's (1.0 always promotes).")
+    gate_tolerance: float = Field(0.05, description="The model passes the promotion gate (and may be published) "
+                                  "when its warm and cold Recall@k are >= (1 - tolerance) x the champion's (1.0 always "
+                                  "passes).")
+    publish_despite_gate: bool = Field(False, description="Operator override: a model that fails the promotion gate "
+                                       "is still published (its gate verdict is recorded as 'overridden').")
 
 
 def evaluation_checkpoint_dir(day: dt.date) -> str:
@@ -137,9 +145,9 @@ def hir_configs(config: EvaluationConfig, settings: ModelSettingsResource, graph
     partitions_def=daily_partitions,
     compute_kind="pytorch",
     check_specs=[dg.AssetCheckSpec(
-        GATE_CHECK, asset="evaluation_report", blocking=False,
-        description="HIR's warm and cold Recall@k are within the tolerance of the champion's; when they are, the "
-                    "run date's model version gets the MLflow alias 'champion'.")],
+        GATE_CHECK, asset="evaluation_report", blocking=True,
+        description="HIR's warm and cold Recall@k are within the tolerance of the champion's (the published model); "
+                    "a model that fails is not published unless publish_despite_gate is set.")],
     description="HIR vs popularity / ALS / LightGCN / content-only on a temporal, deep-funnel, cold-start split: "
                 "Delta evaluation_metrics, MLflow metrics on the training run, comparison table and plot.",
 )
@@ -223,29 +231,31 @@ def evaluation_report(
         "delta_version": latest_version(session, path),
         "path": dg.MetadataValue.path(path),
     })
-    yield _gate(client, mlflow.registered_model, model_version,
-                {s: value.get(("hir", s, recall), float("nan")) for s in (WARM, COLD)}, recall, config.gate_tolerance)
+    yield gate_check(client, mlflow.registered_model, model_version,
+                {s: value.get(("hir", s, recall), float("nan")) for s in (WARM, COLD)}, recall, config.gate_tolerance,
+                config.publish_despite_gate)
 
 
-def _gate(client, registered_model: str, version: str, candidate: dict[str, float], metric: str,
-          tolerance: float) -> dg.AssetCheckResult:
-    """Run the promotion gate and move the ``champion`` alias when it passes."""
+def gate_check(client, registered_model: str, version: str, candidate: dict[str, float], metric: str,
+          tolerance: float, override: bool) -> dg.AssetCheckResult:
+    """Run the promotion gate and record its verdict on the model version (publishing reads it)."""
     if version == NO_MODEL_VERSION:
         return dg.AssetCheckResult(check_name=GATE_CHECK, passed=True, metadata={
-            "promoted": False, "reason": "no registered model version for this run date: nothing to promote"})
+            "verdict": "none", "reason": "no registered model version for this run date: nothing to publish"})
     current = champion(client, registered_model, metric, (WARM, COLD))
     decision = promotion_gate(candidate, current[1] if current else None, tolerance)
-    if decision.passed:
-        promote(client, registered_model, version)
+    verdict = GATE_PASSED if decision.passed else GATE_OVERRIDDEN if override else GATE_FAILED
+    reasons = [*decision.reasons, *(["overridden by publish_despite_gate"] if verdict == GATE_OVERRIDDEN else [])]
+    record_gate(client, registered_model, version, verdict, reasons)
     return dg.AssetCheckResult(
-        check_name=GATE_CHECK, passed=decision.passed, severity=dg.AssetCheckSeverity.ERROR,
+        check_name=GATE_CHECK, passed=verdict != GATE_FAILED, severity=dg.AssetCheckSeverity.ERROR,
         metadata={
-            "promoted": decision.passed,
+            "verdict": verdict,
             "candidate_version": version,
             "champion_version": current[0] if current else "none",
             "metric": metric,
             "tolerance": tolerance,
-            "reasons": dg.MetadataValue.md("\n".join(f"- {r}" for r in decision.reasons)),
+            "reasons": dg.MetadataValue.md("\n".join(f"- {r}" for r in reasons)),
             "candidate": dg.MetadataValue.json(decision.candidate),
             "champion": dg.MetadataValue.json(decision.champion or {}),
         })

@@ -1,5 +1,6 @@
 """MLflow side of the ``evaluation_report`` asset: find the run date's training run, log the evaluation on it,
-read the champion's figures and move the ``champion`` alias.
+read the champion's figures, record the promotion gate's verdict on the model version, and decide what publishing
+may publish and where the ``champion`` alias goes.
 
 The evaluation figures live on the *training* run of the model they vouch for (metrics
 ``eval.<method>.<split>.<metric>``), so the champion's figures are found from the champion model version's run.
@@ -25,6 +26,10 @@ if TYPE_CHECKING:  # mlflow takes seconds to import: only when an asset actually
 CHAMPION_ALIAS = "champion"
 TAG_KIND = "hir.kind"
 NO_MODEL_VERSION = "none"
+#: Model-version tag holding the promotion gate's verdict: one of :data:`GATE_VERDICTS`.
+TAG_GATE = "hir.gate"
+GATE_PASSED, GATE_FAILED, GATE_OVERRIDDEN = "passed", "failed", "overridden"
+GATE_VERDICTS = (GATE_PASSED, GATE_FAILED, GATE_OVERRIDDEN)
 
 
 def metric_name(method: str, split: str, metric: str) -> str:
@@ -99,6 +104,56 @@ def champion(client: MlflowClient, registered_model: str, metric: str,
     return str(version.version), {s: values.get(metric_name("hir", s, metric), float("nan")) for s in splits}
 
 
-def promote(client: MlflowClient, registered_model: str, version: str) -> None:
-    """Point the ``champion`` alias at ``version``."""
+def record_gate(client: MlflowClient, registered_model: str, version: str, verdict: str, reasons: Sequence[str]
+                ) -> None:
+    """Tag the model version with the gate's verdict (:data:`TAG_GATE`) and its reasons."""
+    if verdict not in GATE_VERDICTS:
+        raise ValueError(f"gate verdict {verdict!r} is not one of {GATE_VERDICTS}")
+    client.set_model_version_tag(registered_model, version, TAG_GATE, verdict)
+    client.set_model_version_tag(registered_model, version, "hir.gate.reasons", "\n".join(reasons)[:5000])
+
+
+def publish_refusal(client: MlflowClient, registered_model: str, version: str, day: str) -> str | None:
+    """Why model version ``version`` may not be published for run date ``day``, or ``None`` when it may.
+
+    Publishable: a registered version of that run date (registration happens only after its outputs passed the
+    output checks) whose promotion gate passed or was overridden.
+    """
+    from mlflow.exceptions import MlflowException
+
+    try:
+        mv = client.get_model_version(registered_model, version)
+    except MlflowException:
+        return (f"model version {version} is not registered in {registered_model!r}: its outputs were never checked "
+                f"(re-materialize interest_model for {day})")
+    if mv.tags.get(TAG_RUN_DATE) != day:
+        return f"model version {version} was trained for run date {mv.tags.get(TAG_RUN_DATE)}, not {day}"
+    verdict = mv.tags.get(TAG_GATE)
+    if verdict is None:
+        return (f"model version {version} has not been through the promotion gate: materialize evaluation_report "
+                f"for {day}")
+    if verdict == GATE_FAILED:
+        return (f"model version {version} failed the promotion gate ({mv.tags.get('hir.gate.reasons', '')}); the "
+                f"previous publication stays current. To publish it anyway, re-run evaluation_report for {day} with "
+                "publish_despite_gate: true")
+    return None
+
+
+def champion_run_date(client: MlflowClient, registered_model: str) -> str | None:
+    """Run date (``YYYY-MM-DD``) of the model version the ``champion`` alias names, or ``None``."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(registered_model, CHAMPION_ALIAS).tags.get(TAG_RUN_DATE)
+    except MlflowException:
+        return None
+
+
+def move_champion(client: MlflowClient, registered_model: str, version: str, day: str) -> bool:
+    """Point ``champion`` at the version just published, unless it names a model of a later run date (re-running
+    an old date never moves it back). Returns whether it moved."""
+    current = champion_run_date(client, registered_model)
+    if current is not None and current > day:  # ISO dates compare as strings
+        return False
     client.set_registered_model_alias(registered_model, CHAMPION_ALIAS, version)
+    return True

@@ -10,6 +10,12 @@ Reading, building and writing are :func:`spark_jobs.publish.io.read_inputs`,
 :func:`spark_jobs.publish.transform.build_publication` and :func:`spark_jobs.publish.io.write_publication`;
 this module adds Dagster metadata, pictures and MLflow.
 
+What may be published: a registered model version of the run date (registration follows the blocking output
+checks of ``interest_model``) whose promotion gate (``evaluation_report``'s blocking check) passed or was overridden
+by the operator. Anything else fails the asset with the reason before a table is touched, so the previous
+publication stays current. After the tables are written the ``champion`` alias moves to the published version,
+unless it names the model of a later run date (re-running an old date never moves it back).
+
 Crash safety: each table is replaced in one Delta commit (data files first, then one atomic log entry), so a
 run killed mid-write leaves every table at its previous version. ``node_embeddings`` is written *last* and
 acts as the publication's commit marker: readers (:mod:`hir_pipeline.query`) read the other tables as they
@@ -27,6 +33,7 @@ import numpy as np
 from pydantic import Field
 from pyspark.sql import SparkSession
 
+from assets.evaluation_tracking import move_champion, publish_refusal
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_stages
 from hir_pipeline.publish.pictures import ClusterNode, embedding_map_png, hierarchy_sunburst_png
@@ -35,16 +42,19 @@ from resources.config_schema import config_class
 from spark_jobs.publish import (
     WRITE_ORDER,
     MissingInput,
+    MixedModelVersions,
     PublicationFrames,
     PublishSettings,
     build_publication,
+    model_version_of,
     read_inputs,
     read_picture_data,
     write_publication,
 )
 
 GROUP = "publish"
-UPSTREAM = [dg.AssetKey("interest_model"), dg.AssetKey("graph_edges"), dg.AssetKey("entities")]
+#: evaluation_report: a model is published only once the promotion gate let it through (its blocking check).
+UPSTREAM = [dg.AssetKey(k) for k in ("interest_model", "evaluation_report", "graph_edges", "entities")]
 #: MLflow tags that identify the training run of a run date and model version.
 TAG_RUN_DATE, TAG_MODEL_VERSION = "hir.run_date", "hir.model_version"
 
@@ -101,6 +111,20 @@ def find_training_run(mlflow: MLflowResource, day: dt.date, model_version: str) 
         max_results=1,
     )
     return runs[0].info.run_id if runs else None
+
+
+def mlflow_client(mlflow: MLflowResource):
+    """A client of the resource's tracking store (activated)."""
+    from mlflow import MlflowClient
+
+    mlflow.activate()
+    return MlflowClient()
+
+
+def publishable(mlflow: MLflowResource, version: str, day: dt.date) -> str | None:
+    """Why ``version`` may not be published for ``day`` (not registered, not of this date, gate failed or not
+    run), or ``None``: see :func:`assets.evaluation_tracking.publish_refusal`."""
+    return publish_refusal(mlflow_client(mlflow), mlflow.registered_model, version, str(day))
 
 
 def log_publication(
@@ -186,8 +210,12 @@ def publish_tables(
     with stages("read inputs"):
         try:
             inputs = read_inputs(session, lake.path, day)
-        except MissingInput as exc:
+            version = model_version_of(inputs.model_outputs, inputs.model_hierarchy)
+        except (MissingInput, MixedModelVersions) as exc:
             raise dg.Failure(str(exc)) from exc
+    refusal = publishable(mlflow, version, day)
+    if refusal is not None:
+        raise dg.Failure(f"not publishing run date {day}: {refusal}", metadata={"model_version": version})
     prev_date = inputs.previous_date
     context.log.info(f"Publishing run date {day}: {inputs.n_levels} levels, graph_edges of {inputs.edges_date}, "
                      f"matching IDs to the publication of {prev_date or '(none: first publication)'}")
@@ -204,10 +232,14 @@ def publish_tables(
         pictures = _pictures(session, lake, day, config)
     with stages("mlflow"):
         run_id = log_publication(context, mlflow, lake, day, pub, versions, counts, pictures)
+        moved = move_champion(mlflow_client(mlflow), mlflow.registered_model, pub.model_version, str(day))
+    context.log.info(f"Published model version {pub.model_version} for {day}; champion alias "
+                     + ("moved to it" if moved else "left on the model of a later run date"))
     stability = {str(lvl): v for lvl, v in pub.stable.stability().items()}
     methods = {str(lvl): {m: list(match.method.values()).count(m) for m in sorted(set(match.method.values()))}
                for lvl, match in enumerate(pub.stable.levels)}
-    common = {"run_date": str(day), "model_version": pub.model_version, "mlflow_run_id": run_id}
+    common = {"run_date": str(day), "model_version": pub.model_version, "mlflow_run_id": run_id,
+              "champion_moved": moved}
     stab_meta = {"stability": dg.MetadataValue.json(stability),
                  **{f"stability_level_{lvl}": float(v) for lvl, v in stability.items() if v is not None},
                  "previous_run_date": str(prev_date) if prev_date else "none"}

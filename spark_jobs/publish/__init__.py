@@ -20,6 +20,7 @@ from spark_jobs.publish.io import (
 )
 from spark_jobs.publish.matching import ClusterIds, next_cluster_ids, previous_run_date, stable_mapping
 from spark_jobs.publish.transform import (
+    MixedModelVersions,
     PublicationFrames,
     PublishInputs,
     PublishSettings,
@@ -38,6 +39,7 @@ __all__ = [
     "WRITE_ORDER",
     "ClusterIds",
     "MissingInput",
+    "MixedModelVersions",
     "PublicationFrames",
     "PublishInputs",
     "PublishSettings",

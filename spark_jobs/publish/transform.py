@@ -112,12 +112,25 @@ def long_assignments(model_outputs: DataFrame) -> DataFrame:
     )
 
 
-def model_version_of(model_outputs: DataFrame) -> str:
-    """The single model version of a run date's ``model_outputs`` (several versions are an error)."""
-    versions = [r[0] for r in model_outputs.select("model_version").distinct().collect()]
-    if len(versions) != 1:
-        raise ValueError(f"expected one model_version in model_outputs, found {sorted(map(str, versions))}")
-    return str(versions[0])
+class MixedModelVersions(ValueError):
+    """A run date's model tables do not hold exactly one model version, the same in both."""
+
+
+def model_version_of(model_outputs: DataFrame, model_hierarchy: DataFrame | None = None) -> str:
+    """The single model version of a run date's ``model_outputs`` (and ``model_hierarchy``, which must agree).
+
+    Raises:
+        MixedModelVersions: several versions in a table, or the two tables written by different models (a
+            publication would then pair one model's embeddings with another's clusters).
+    """
+    found = {}
+    for table, df in (("model_outputs", model_outputs), ("model_hierarchy", model_hierarchy)):
+        if df is not None:
+            found[table] = sorted(str(r[0]) for r in df.select("model_version").distinct().collect())
+    if any(len(v) != 1 for v in found.values()) or len({v[0] for v in found.values()}) != 1:
+        raise MixedModelVersions(f"expected one model version shared by the run date's model tables, found "
+                                 f"{found}: re-materialize interest_model for this date")
+    return found["model_outputs"][0]
 
 
 # --- the four tables -----------------------------------------------------------------------------
@@ -308,7 +321,7 @@ def build_publication(spark: SparkSession, inputs: PublishInputs, run_date: dt.d
     ``publication.tables[...].sparkSession.catalog.clearCache()`` or let the session end to free it.
     """
     settings = settings or PublishSettings()
-    version = model_version_of(inputs.model_outputs)
+    version = model_version_of(inputs.model_outputs, inputs.model_hierarchy)
     new_long = long_assignments(inputs.model_outputs).persist()
     hierarchy = inputs.model_hierarchy.select("level", "cluster_id", "parent_cluster_id", "prototype")
     # next_ids shorter than the hierarchy means 0 for the missing levels (stabilize pads)

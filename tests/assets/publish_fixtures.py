@@ -84,8 +84,9 @@ def copy_inputs(spark: SparkSession, source_lake: LakeResource, lake: LakeResour
      .write.format("delta").mode("overwrite").partitionBy("run_date").save(lake.path("graph_edges")))
 
 
-def tag_training_run(mlflow: MLflowResource, day: dt.date, model_version: str) -> str:
-    """A finished 'training' run tagged like the model asset's, and a registered model version for it."""
+def tag_training_run(mlflow: MLflowResource, day: dt.date, model_version: str, gate: str | None = "passed") -> str:
+    """A finished 'training' run tagged like the model asset's, and a registered model version for it (tagged with
+    its run date, like the model asset's, and with the promotion gate's verdict ``gate``; ``None``: no verdict)."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
@@ -96,8 +97,10 @@ def tag_training_run(mlflow: MLflowResource, day: dt.date, model_version: str) -
     client.set_terminated(run.info.run_id)
     with contextlib.suppress(MlflowException):  # already registered by an earlier version
         client.create_registered_model(mlflow.registered_model)
-    client.create_model_version(mlflow.registered_model, source=f"runs:/{run.info.run_id}/model",
-                                run_id=run.info.run_id)
+    tags = {"hir.run_date": str(day), **({"hir.gate": gate} if gate else {})}
+    mv = client.create_model_version(mlflow.registered_model, source=f"runs:/{run.info.run_id}/model",
+                                     run_id=run.info.run_id, tags=tags)
+    assert str(mv.version) == model_version, f"the registry gave version {mv.version}, the tables say {model_version}"
     return run.info.run_id
 
 

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 # build_views runs a pandas UDF: Python workers must run this interpreter (numpy); read at SparkContext start.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from assets.evaluation import GATE_CHECK, EvaluationConfig, evaluation_report, hir_configs  # noqa: E402
+from assets.evaluation import GATE_CHECK, EvaluationConfig, evaluation_report, gate_check, hir_configs  # noqa: E402
 from assets.evaluation_tracking import CHAMPION_ALIAS, metric_name  # noqa: E402
 from assets.model_tracking import TAG_MODEL_VERSION, TAG_RUN_DATE  # noqa: E402
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES  # noqa: E402
@@ -105,7 +105,9 @@ def first(eval_lake):
 
 @pytest.mark.slow
 def test_writes_every_method_and_split_to_delta_and_mlflow(spark, eval_lake, first):
-    assert first.success
+    # the run fails on its blocking gate only (the champion is better): the report itself is written
+    assert [e.check_name for e in first.get_asset_check_evaluations() if not e.passed] == [GATE_CHECK]
+    assert len(first.get_asset_materialization_events()) == 1
     rows = _metrics(spark, eval_lake).collect()
     version, run_id = eval_lake["versions"][RUN_DATE]
     assert {r["model_version"] for r in rows} == {version}
@@ -164,22 +166,33 @@ def test_hir_configs_evaluate_the_encoder_the_training_run_published():
 
 @pytest.mark.slow
 def test_gate_fails_against_a_better_champion_and_keeps_it(eval_lake, first):
+    """A blocking check: the run fails, the version is tagged 'failed' (publishing refuses it), champion stays."""
     [check] = first.get_asset_check_evaluations()
-    assert check.check_name == GATE_CHECK and not check.passed
-    assert check.metadata["promoted"].value is False
-    champ = eval_lake["client"].get_model_version_by_alias(eval_lake["mlflow"].registered_model, CHAMPION_ALIAS)
+    assert check.check_name == GATE_CHECK and not check.passed and check.blocking
+    assert check.metadata["verdict"].value == "failed" and not first.success
+    client, name = eval_lake["client"], eval_lake["mlflow"].registered_model
+    assert client.get_model_version(name, eval_lake["versions"][RUN_DATE][0]).tags["hir.gate"] == "failed"
+    champ = client.get_model_version_by_alias(name, CHAMPION_ALIAS)
     assert str(champ.version) == eval_lake["versions"]["2024-06-01"][0]
 
 
 @pytest.mark.slow
-def test_rerun_replaces_rows_and_full_tolerance_promotes(spark, eval_lake, first):
+def test_rerun_replaces_rows_and_the_gate_records_pass_and_override(spark, eval_lake, first):
+    client, name = eval_lake["client"], eval_lake["mlflow"].registered_model
+    version = eval_lake["versions"][RUN_DATE][0]
     n_before = _metrics(spark, eval_lake).count()
+    # the operator's override: a failing candidate passes the check, recorded as overridden
+    check = gate_check(client, name, version, {"warm": 0.1, "cold": 0.1}, "recall_at_20", 0.05, override=True)
+    assert check.passed and check.metadata["verdict"].value == "overridden"
+    assert client.get_model_version(name, version).tags["hir.gate"] == "overridden"
     again = _materialize(eval_lake, gate_tolerance=1.0)
     assert again.success
     assert _metrics(spark, eval_lake).count() == n_before  # replaced, not duplicated
     [check] = again.get_asset_check_evaluations()
-    assert check.passed and check.metadata["promoted"].value is True
-    champ = eval_lake["client"].get_model_version_by_alias(eval_lake["mlflow"].registered_model, CHAMPION_ALIAS)
-    assert str(champ.version) == eval_lake["versions"][RUN_DATE][0]
+    assert check.passed and check.metadata["verdict"].value == "passed"
+    assert client.get_model_version(name, version).tags["hir.gate"] == "passed"
+    # the gate does not move the alias: publishing does, for the model it publishes
+    champ = client.get_model_version_by_alias(name, CHAMPION_ALIAS)
+    assert str(champ.version) == eval_lake["versions"]["2024-06-01"][0]
     values = [r["value"] for r in _metrics(spark, eval_lake).collect()]
     assert all(math.isfinite(v) for v in values)

@@ -19,7 +19,7 @@ from assets.publish import publish_tables
 from hir_pipeline.contracts import OUTPUT_TABLES
 from hir_pipeline.query import Publication
 from resources import LakeResource
-from spark_jobs.delta_io import latest_version, read_table
+from spark_jobs.delta_io import latest_version, read_table, replace_run_date
 from spark_jobs.publish import WRITE_ORDER, publish
 from tests.assets.conftest import RUN_DATE, make_resources
 from tests.assets.publish_fixtures import (
@@ -202,6 +202,68 @@ def test_missing_model_outputs_fail_clearly(runs):
 
 def test_write_order_ends_with_the_marker():
     assert WRITE_ORDER[-1] == "node_embeddings" and set(WRITE_ORDER) == set(OUTPUT_TABLES)
+
+
+@pytest.mark.slow
+def test_champion_names_the_published_model_and_an_old_date_never_moves_it_back(runs):
+    from mlflow import MlflowClient
+
+    from assets.evaluation_tracking import CHAMPION_ALIAS
+
+    runs["resources"]["mlflow"].activate()
+    name = runs["resources"]["mlflow"].registered_model
+    # D1 (v1) then D2 (v2) were published, then D1 again: the alias stayed on D2's model
+    assert str(MlflowClient().get_model_version_by_alias(name, CHAMPION_ALIAS).version) == "2"
+    assert runs["second"]["node_embeddings"]["champion_moved"] is True
+    assert runs["rerun"]["node_embeddings"]["champion_moved"] is False
+
+
+@pytest.mark.slow
+def test_publish_refuses_what_is_not_checked_and_gated(spark, runs):
+    """Each refusal fails the asset before a table is touched: the previous publication stays current."""
+    from mlflow import MlflowClient
+
+    resources, lake = runs["resources"], runs["lake"]
+    day = D2 + dt.timedelta(days=7)
+    before = {t: latest_version(spark, lake.path(t)) for t in OUTPUT_TABLES}
+
+    def refused(message: str) -> None:
+        result = _materialize(resources, day, raise_on_error=False)
+        assert not result.success and not result.get_asset_materialization_events()
+        assert message in result.failure_data_for_node("publish_tables").error.message
+        assert {t: latest_version(spark, lake.path(t)) for t in OUTPUT_TABLES} == before
+
+    client = MlflowClient()
+    name = resources["mlflow"].registered_model
+    version = str(max(int(v.version) for v in client.search_model_versions(f"name = '{name}'")) + 1)
+    write_model_tables(spark, lake, runs["truth"], day, version)
+    refused(f"model version {version} is not registered")  # outputs written, the model never registered
+    tag_training_run(resources["mlflow"], day, version, gate=None)
+    refused("has not been through the promotion gate: materialize evaluation_report")
+    client.set_model_version_tag(name, version, "hir.gate", "failed")
+    refused("failed the promotion gate")
+    client.set_model_version_tag(name, version, "hir.gate", "passed")
+    hierarchy = read_table(spark, lake.path("model_hierarchy")).where(F.col("run_date") == F.lit(day))
+    replace_run_date(hierarchy.withColumn("model_version", F.lit("999")).localCheckpoint(),
+                     lake.path("model_hierarchy"), day)
+    refused("expected one model version shared by the run date's model tables")
+
+
+@pytest.mark.slow
+def test_overridden_gate_may_be_published_and_another_dates_model_is_refused(runs):
+    from mlflow import MlflowClient
+
+    from assets.evaluation_tracking import publish_refusal
+
+    resources = runs["resources"]
+    resources["mlflow"].activate()
+    client, name = MlflowClient(), resources["mlflow"].registered_model
+    client.set_model_version_tag(name, "1", "hir.gate", "overridden")
+    try:
+        assert publish_refusal(client, name, "1", str(D1)) is None
+        assert f"was trained for run date {D1}, not {D2}" in publish_refusal(client, name, "1", str(D2))
+    finally:
+        client.set_model_version_tag(name, "1", "hir.gate", "passed")
 
 
 #: Child process: the publish run (spark_jobs.publish.publish, the asset's read-build-write) with its own Spark.
