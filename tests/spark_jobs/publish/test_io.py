@@ -1,15 +1,21 @@
-"""The publications manifest written by a publish run: last commit, the four versions, one row per run date."""
+"""The publications manifest written by a publish run: last commit, the four versions, one row per run date, and
+the one-join Spark SQL reader of docs/querying.md (run from the document's own text)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import re
+import shutil
+from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 
-from spark_jobs.delta_io import read_table
+import spark_jobs.publish.io as publish_io
+from hir_pipeline.settings import project_root
+from spark_jobs.delta_io import read_run_date, read_table
 from spark_jobs.publish import MANIFEST_TABLE, WRITE_ORDER, write_publication
-from tests.publications import D1, D2, frames
+from tests.publications import D1, D2, frames, publish
 
 #: The manifest's schema as the output contract fixes it (deltalake's names for the types).
 SCHEMA = [("run_date", "date"), ("model_version", "string"), ("node_embeddings_version", "long"),
@@ -61,3 +67,37 @@ def test_republishing_a_date_replaces_its_row_in_one_commit(runs):
     assert [(r["run_date"], r["model_version"]) for r in rows] == [(D1, "3"), (D2, "2")]  # one row per date
     assert {t: rows[0][f"{t}_version"] for t in WRITE_ORDER} == {t: 2 for t in WRITE_ORDER}
     assert {t: rows[1][f"{t}_version"] for t in WRITE_ORDER} == {t: 1 for t in WRITE_ORDER}
+
+
+def documented_sql(first_line: str) -> str:
+    """The ```sql block of docs/querying.md that starts with ``first_line`` (so the test runs what the doc says)."""
+    blocks = re.findall(r"```sql\n(.*?)```", (project_root() / "docs" / "querying.md").read_text(), re.S)
+    return next(b for b in blocks if b.startswith(first_line))
+
+
+def one_join(spark, lake: Path) -> dict:
+    sql = documented_sql("-- node_embeddings of the latest publication").replace("/data/lake", str(lake))
+    return {r.entity_id: r for r in spark.sql(sql).collect()}
+
+
+def test_the_documented_one_join_reads_exactly_the_latest_publication(spark, runs):
+    """D1 was re-published last, but D2 is the latest run date: the join returns D2's rows by model 2."""
+    expected = {r.entity_id: r for r in read_run_date(spark, str(runs["lake"] / "node_embeddings"), D2).collect()}
+    assert {(r.run_date, r.model_version) for r in expected.values()} == {(D2, "2")} and len(expected) == 7
+    assert one_join(spark, runs["lake"]) == expected
+
+
+@pytest.mark.slow
+def test_the_one_join_ignores_a_publish_killed_before_its_manifest_row(spark, runs, tmp_path, monkeypatch):
+    lake = shutil.copytree(runs["lake"], tmp_path / "lake")
+    before = one_join(spark, lake)
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed before the manifest write")
+
+    monkeypatch.setattr(publish_io, "write_publications_row", killed)
+    later = D2 + dt.timedelta(days=1)
+    with pytest.raises(RuntimeError, match="killed before the manifest"):
+        publish(spark, lake, later, "4")
+    assert read_run_date(spark, str(lake / "node_embeddings"), later).count() == 7  # the tables were written
+    assert one_join(spark, lake) == before
