@@ -90,13 +90,17 @@ class QuarantineReason:
     DUPLICATE_RELATION = "duplicate_relation"
 
 
-#: Output tables (ARCHITECTURE.md "Output contract"); every one is partitioned by run_date.
+#: The four published tables (ARCHITECTURE.md "Output contract"), partitioned by run_date; which Delta version
+#: of each makes up a publication is recorded in :data:`MANIFEST_TABLE`.
 OUTPUT_TABLES: tuple[str, ...] = (
     "node_embeddings",
     "cluster_assignments",
     "interest_supergraph",
     "cluster_profiles",
 )
+#: The publications manifest: one row per published run date, written after the four tables (last), so a
+#: reader that resolves a publication through it never sees half a publication.
+MANIFEST_TABLE = "publications"
 #: Every Delta table the lake knows, by logical name.
 LAKE_TABLES: tuple[str, ...] = (
     "entities",
@@ -110,6 +114,7 @@ LAKE_TABLES: tuple[str, ...] = (
     "model_outputs",
     "model_hierarchy",
     *OUTPUT_TABLES,
+    MANIFEST_TABLE,
     "evaluation_metrics",
 )
 
@@ -176,3 +181,24 @@ MODEL_HIERARCHY_DDL = (
 #   recall_at_20, ndcg_at_20, users, nmi_level_2, clusters_used_level_0. model_version is the registered version
 #   of the run date's production model the evaluation vouches for ("none" when there is none).
 EVALUATION_METRICS_DDL = "model_version string, run_date date, method string, split string, metric string, value double"
+
+
+
+# --- Publications manifest (written last by a publish run, read by hir_pipeline.query) ------------------------
+#
+# publications: one row per run date, partitioned by run_date; re-publishing a date replaces its row. Each
+#   <table>_version column is the Delta version of that output table which holds the publication's rows (read it
+#   with time travel, filtered by run_date and model_version). published_at is the UTC wall clock of the write:
+#   metadata only, never used to resolve a publication.
+
+
+def manifest_version_column(table: str) -> str:
+    """Column of ``publications`` holding the Delta version of output ``table`` (``node_embeddings_version``)."""
+    return f"{table}_version"
+
+
+#: run_date date, model_version string, node_embeddings_version bigint, cluster_assignments_version bigint,
+#: interest_supergraph_version bigint, cluster_profiles_version bigint, published_at timestamp
+PUBLICATIONS_DDL = ", ".join(["run_date date", "model_version string",
+                              *(f"{manifest_version_column(t)} bigint" for t in OUTPUT_TABLES),
+                              "published_at timestamp"])

@@ -5,7 +5,7 @@
 """
 
 from hir_pipeline.query.api import (
-    MARKER_TABLE,
+    MANIFEST_TABLE,
     RECOMMENDABLE_TYPES,
     ClusterView,
     Hit,
@@ -22,7 +22,7 @@ from hir_pipeline.query.cli import EXIT_UNKNOWN, add_query_parser, run_query
 
 __all__ = [
     "EXIT_UNKNOWN",
-    "MARKER_TABLE",
+    "MANIFEST_TABLE",
     "RECOMMENDABLE_TYPES",
     "ClusterView",
     "Hit",

@@ -1,13 +1,14 @@
 """Querying the published tables without Spark: the ``deltalake`` package (delta-rs) and numpy.
 
-A *publication* is what one publish run wrote for one run date. The publish asset writes
-``node_embeddings`` last, so its Delta version is the publication's commit marker: the other tables are read
-as they stood when that version was committed (latest Delta version whose commit timestamp is not later).
-That keeps a reader consistent even while (or after) a publish run was killed half-way.
+A *publication* is what one publish run wrote for one run date. The run writes the four tables, then one row of
+the ``publications`` manifest (:data:`~hir_pipeline.contracts.MANIFEST_TABLE`) recording the Delta version of each.
+A reader resolves through the manifest and reads every table at its recorded version, filtered by the row's
+``run_date`` and ``model_version``: a publish run killed half-way (or still running) wrote no manifest row, so it is
+never seen, and the four tables always come from the same run.
 
-* latest: the newest ``node_embeddings`` version, newest run date in it;
+* latest: the latest manifest, its newest run date;
 * ``as_of=DATE``: the newest run date on or before ``DATE``;
-* ``version=N``: ``node_embeddings`` Delta version ``N`` (time travel), the other tables as of its commit.
+* ``version=N``: the manifest as of its Delta version ``N`` (time travel: the publications as they stood then).
 
 Functions: :func:`similar`, :func:`cluster`, :func:`recommend` (shortcuts over :class:`Publication`). Unknown
 IDs raise :class:`UnknownIdError`; the command line is :mod:`hir_pipeline.query.cli`.
@@ -18,13 +19,15 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hir_pipeline.contracts import ENTITY_TYPES
+from hir_pipeline.contracts import ENTITY_TYPES, MANIFEST_TABLE, OUTPUT_TABLES, manifest_version_column
 
-#: The publication's commit marker: written last by the publish asset.
-MARKER_TABLE = "node_embeddings"
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
 #: Entity types :func:`recommend` ranks by default.
 RECOMMENDABLE_TYPES: tuple[str, ...] = ("ad", "product")
 
@@ -45,13 +48,14 @@ class Snapshot:
         lake: lake root.
         run_date: the publication's run date.
         model_version: the published model version of that run date.
-        versions: table -> Delta version read (None: the table did not exist at the marker's commit).
+        versions: table -> Delta version read: the four output tables as recorded by the manifest, and the
+            manifest's own version (key ``publications``).
     """
 
     lake: str
     run_date: dt.date
     model_version: str
-    versions: dict[str, int | None]
+    versions: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ class Publication:
     Args:
         lake: lake root (default: ``HIR_LAKE`` or ``.hir/lake``); a local folder or any URI delta-rs reads.
         as_of: newest run date on or before this date (default: the newest).
-        version: Delta version of ``node_embeddings`` to time-travel to (default: the latest).
+        version: Delta version of the ``publications`` manifest to time-travel to (default: the latest).
         storage_options: delta-rs storage options (credentials of an object store).
     """
 
@@ -113,14 +117,26 @@ class Publication:
 
         self.lake = lake or default_lake_root()
         self._options = storage_options
+        self._pinned: dict[tuple[str, int], DeltaTable] = {}  # (table, version) -> table: each log loaded once
         self.snapshot = self._resolve(_parse_date(as_of), version)
 
     # --- resolution ---------------------------------------------------------------------------------
 
-    def _table(self, table: str, version: int | None = None):
+    def _table(self, table: str, version: int | None = None) -> DeltaTable:
+        """``table`` at Delta ``version`` (default the latest); a version whose log is gone is a :class:`QueryError`."""
         from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
 
-        return DeltaTable(_path(self.lake, table), version=version, storage_options=self._options)
+        if version is None:
+            return DeltaTable(_path(self.lake, table), storage_options=self._options)
+        if (table, version) not in self._pinned:
+            try:
+                self._pinned[table, version] = DeltaTable(_path(self.lake, table), version=version,
+                                                          storage_options=self._options)
+            except DeltaError as exc:
+                raise QueryError(f"{table} Delta version {version} is gone from the Delta log (log retention) "
+                                 f"in lake {self.lake!r}: {exc}") from exc
+        return self._pinned[table, version]
 
     def _dataset(self, table: str, version: int | None = None):
         """A pyarrow dataset of ``table`` (at ``version``) read through pyarrow's own filesystem.
@@ -148,66 +164,58 @@ class Publication:
         return DeltaTable.is_deltatable(_path(self.lake, table), storage_options=self._options)
 
     def _resolve(self, as_of: dt.date | None, version: int | None) -> Snapshot:
-        if not self._exists(MARKER_TABLE):
-            raise QueryError(f"no publication in lake {self.lake!r}: table {MARKER_TABLE} does not exist")
-        marker = self._table(MARKER_TABLE)
-        latest = marker.version()
-        if version is not None and not 0 <= version <= latest:
-            raise QueryError(f"{MARKER_TABLE} has no Delta version {version} (versions 0..{latest})")
-        version = latest if version is None else version
-        commits = {h["version"]: h for h in marker.history() if "version" in h}
-        if version not in commits:
-            raise QueryError(f"{MARKER_TABLE} version {version} is no longer in the Delta log (log retention)")
-        at = commits[version]["timestamp"]
-        marker = self._table(MARKER_TABLE, version)
-        dates = sorted({dt.date.fromisoformat(p["run_date"]) for p in marker.partitions()})
-        eligible = [d for d in dates if as_of is None or d <= as_of]
-        if not eligible:
-            raise QueryError(f"no publication on or before {as_of} in {MARKER_TABLE} v{version} "
-                             f"(run dates: {', '.join(map(str, dates)) or 'none'})")
-        run_date = eligible[-1]
-        versions: dict[str, int | None] = {MARKER_TABLE: version}
-        for table in ("cluster_assignments", "interest_supergraph", "cluster_profiles"):
-            versions[table] = self._version_at(table, at)
-        model_versions = self._read_at(MARKER_TABLE, version, run_date, ["model_version"]).column(0).unique()
-        return Snapshot(self.lake, run_date, str(model_versions[0]) if len(model_versions) else "",
-                        versions)
-
-    def _version_at(self, table: str, timestamp_ms: int) -> int | None:
-        """Newest version of ``table`` committed no later than ``timestamp_ms``."""
-        if not self._exists(table):
-            return None
-        found = [h["version"] for h in self._table(table).history() if "version" in h
-                 and h.get("timestamp", 0) <= timestamp_ms]
-        return max(found) if found else None
-
-    # --- reading ------------------------------------------------------------------------------------
-
-    def _read_at(self, table: str, version: int, run_date: dt.date, columns: Sequence[str] | None = None,
-                 where=None):
+        """The manifest row of the newest run date on or before ``as_of``, in manifest ``version``."""
         import pyarrow as pa
         import pyarrow.dataset as ds
 
-        flt = ds.field("run_date") == pa.scalar(run_date, pa.date32())
-        if where is not None:
-            flt = flt & where
-        return self._dataset(table, version).to_table(columns=list(columns) if columns else None, filter=flt)
+        if not self._exists(MANIFEST_TABLE):
+            raise QueryError(f"nothing published yet in lake {self.lake!r} (no {MANIFEST_TABLE} table): "
+                             "materialize the publish assets")
+        latest = self._table(MANIFEST_TABLE).version()
+        if version is not None and not 0 <= version <= latest:
+            raise QueryError(f"{MANIFEST_TABLE} has no Delta version {version} (versions 0..{latest})")
+        version = latest if version is None else version
+        flt = None if as_of is None else ds.field("run_date") <= pa.scalar(as_of, pa.date32())
+        rows = self._dataset(MANIFEST_TABLE, version).to_table(filter=flt).to_pylist()
+        if not rows:
+            when = "" if as_of is None else f" on or before {as_of}"
+            raise QueryError(f"no publication{when} in {MANIFEST_TABLE} v{version} of lake {self.lake!r}")
+        row = max(rows, key=lambda r: r["run_date"])
+        versions = {t: int(row[manifest_version_column(t)]) for t in OUTPUT_TABLES}
+        for table, v in versions.items():  # fail now, naming the publication, rather than half-way through a query
+            try:
+                self._table(table, v)
+            except QueryError as exc:
+                raise QueryError(f"the publication of {row['run_date']} ({MANIFEST_TABLE} v{version}) cannot be "
+                                 f"read: {exc}") from exc
+        return Snapshot(self.lake, row["run_date"], row["model_version"], {**versions, MANIFEST_TABLE: version})
+
+    # --- reading ------------------------------------------------------------------------------------
 
     def read(self, table: str, columns: Sequence[str] | None = None, where=None):
-        """The snapshot's rows of ``table`` as a pyarrow Table.
+        """The publication's rows of ``table`` as a pyarrow Table: the recorded Delta version, filtered by the
+        publication's ``run_date`` and ``model_version``.
 
         Args:
             table: one of the four published tables.
             columns: columns to read (default all).
             where: an extra ``pyarrow.dataset`` filter expression.
         """
-        version = self.snapshot.versions.get(table)
-        if version is None:
-            raise QueryError(f"table {table} is missing from the publication of {self.snapshot.run_date}")
-        return self._read_at(table, version, self.snapshot.run_date, columns, where)
+        import pyarrow as pa
+        import pyarrow.dataset as ds
+
+        if table not in OUTPUT_TABLES:
+            raise QueryError(f"{table!r} is not a published table; published: {', '.join(OUTPUT_TABLES)}")
+        s = self.snapshot
+        flt = ds.field("run_date") == pa.scalar(s.run_date, pa.date32())
+        flt &= ds.field("model_version") == s.model_version
+        if where is not None:
+            flt = flt & where
+        return self._dataset(table, s.versions[table]).to_table(columns=list(columns) if columns else None,
+                                                                filter=flt)
 
     def _embeddings(self):
-        t = self.read(MARKER_TABLE, ["entity_id", "entity_type", "embedding"])
+        t = self.read("node_embeddings", ["entity_id", "entity_type", "embedding"])
         ids = np.asarray(t.column("entity_id").to_pylist(), dtype=object)
         types = np.asarray(t.column("entity_type").to_pylist(), dtype=object)
         emb = t.column("embedding").combine_chunks()
@@ -306,12 +314,11 @@ class Publication:
             children=sorted(c["cluster_id"] for c in profiles
                             if c["level"] == level + 1 and c["parent_cluster_id"] == cluster_id),
         )
-        if self.snapshot.versions.get("interest_supergraph") is not None:
-            sel = (ds.field("level") == level) & (ds.field("src_cluster") == cluster_id) \
-                & (ds.field("dst_cluster") != cluster_id)
-            edges = self.read("interest_supergraph", ["dst_cluster", "weight"], sel).to_pylist()
-            edges.sort(key=lambda e: (-e["weight"], e["dst_cluster"]))
-            view.neighbours = [(int(e["dst_cluster"]), float(e["weight"])) for e in edges[:neighbours]]
+        sel = (ds.field("level") == level) & (ds.field("src_cluster") == cluster_id) \
+            & (ds.field("dst_cluster") != cluster_id)
+        edges = self.read("interest_supergraph", ["dst_cluster", "weight"], sel).to_pylist()
+        edges.sort(key=lambda e: (-e["weight"], e["dst_cluster"]))
+        view.neighbours = [(int(e["dst_cluster"]), float(e["weight"])) for e in edges[:neighbours]]
         return view
 
 

@@ -13,8 +13,8 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from hir_pipeline.contracts import ENTITY_TYPES
-from hir_pipeline.query.api import MARKER_TABLE, RECOMMENDABLE_TYPES, ClusterView, Publication, QueryError
+from hir_pipeline.contracts import ENTITY_TYPES, MANIFEST_TABLE
+from hir_pipeline.query.api import RECOMMENDABLE_TYPES, ClusterView, Publication, QueryError
 
 #: ``hir query`` exit code for an unknown ID or a missing publication.
 EXIT_UNKNOWN = 2
@@ -28,7 +28,8 @@ def add_query_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     common.add_argument("--as-of", dest="as_of", type=dt.date.fromisoformat, default=None, metavar="YYYY-MM-DD",
                         help="newest publication on or before this run date (default: the newest)")
     common.add_argument("--version", type=int, default=None, metavar="N",
-                        help="Delta version of node_embeddings to time-travel to (other tables as of its commit)")
+                        help=f"Delta version of the {MANIFEST_TABLE} manifest to time-travel to: the publications "
+                             "as they stood then, each table read at the version it records (default: the latest)")
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     query = subparsers.add_parser("query", help="query the published tables (no Spark)",
@@ -74,7 +75,7 @@ def run_query(args: argparse.Namespace, out=None, err=None) -> int:
         print(json.dumps(payload, indent=2), file=out)
         return 0
     print(f"# run_date={s.run_date} model_version={s.model_version} "
-          f"node_embeddings@v{s.versions[MARKER_TABLE]} lake={s.lake}", file=out)
+          f"{MANIFEST_TABLE}@v{s.versions[MANIFEST_TABLE]} lake={s.lake}", file=out)
     if isinstance(result, ClusterView):
         print(f"level {result.level} cluster {result.cluster_id}: {result.label}", file=out)
         print(f"  parent: {result.parent_cluster_id}  size: {result.size}  children: {result.children}", file=out)

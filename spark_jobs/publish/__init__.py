@@ -2,13 +2,14 @@
 
 * :mod:`spark_jobs.publish.transform` builds the tables (long form, labels, profiles, super-graph);
 * :mod:`spark_jobs.publish.matching` decides the published cluster IDs (stable across model versions);
-* :mod:`spark_jobs.publish.io` reads a run date's inputs from the lake and writes the tables, marker last.
+* :mod:`spark_jobs.publish.io` reads a run date's inputs from the lake and writes the four tables, then the
+  ``publications`` manifest row that records them.
 
 The names used by the publish asset and the tests are re-exported here.
 """
 
 from spark_jobs.publish.io import (
-    MARKER_TABLE,
+    MANIFEST_TABLE,
     WRITE_ORDER,
     MissingInput,
     last_commit,
@@ -17,6 +18,7 @@ from spark_jobs.publish.io import (
     read_picture_data,
     write_publication,
     write_publication_table,
+    write_publications_row,
 )
 from spark_jobs.publish.matching import ClusterIds, next_cluster_ids, previous_run_date, stable_mapping
 from spark_jobs.publish.transform import (
@@ -35,7 +37,7 @@ from spark_jobs.publish.transform import (
 )
 
 __all__ = [
-    "MARKER_TABLE",
+    "MANIFEST_TABLE",
     "WRITE_ORDER",
     "ClusterIds",
     "MissingInput",
@@ -60,4 +62,5 @@ __all__ = [
     "stable_mapping",
     "write_publication",
     "write_publication_table",
+    "write_publications_row",
 ]

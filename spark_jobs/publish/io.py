@@ -1,25 +1,25 @@
-"""Publish, I/O: read a run date's inputs from the lake, write the four tables in order, one publish run.
+"""Publish, I/O: read a run date's inputs from the lake, write the four tables and the manifest, one publish run.
 
-Every table is replaced for the run date in one Delta commit; ``node_embeddings`` is written last and is the
-publication's commit marker (:data:`WRITE_ORDER`).
+Every table is replaced for the run date in one Delta commit; the ``publications`` manifest row that records the
+four tables' Delta versions is written last (:func:`write_publications_row`), so readers resolving a publication
+through it never see one that was cut short.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from hir_pipeline.contracts import MANIFEST_TABLE, OUTPUT_TABLES, PUBLICATIONS_DDL
 from spark_jobs.delta_io import MissingInput, read_run_date, read_table, replace_run_date, table_exists
 from spark_jobs.publish.matching import next_cluster_ids, previous_run_date
 from spark_jobs.publish.transform import PublicationFrames, PublishInputs, PublishSettings, build_publication
 
-#: Write order: node_embeddings last, it is the commit marker readers resolve a publication by
-#: (``hir_pipeline.query``): a run killed before it leaves the previous publication as the readable one.
+#: The four tables, in the order a publish run writes them; the manifest (:data:`MANIFEST_TABLE`) follows them.
 WRITE_ORDER = ("cluster_assignments", "interest_supergraph", "cluster_profiles", "node_embeddings")
-MARKER_TABLE = "node_embeddings"
 
 
 def write_publication_table(df: DataFrame, path: str, day: dt.date, model_version: str) -> None:
@@ -28,6 +28,28 @@ def write_publication_table(df: DataFrame, path: str, day: dt.date, model_versio
     The commit's ``userMetadata`` records ``{"run_date", "model_version"}`` (``DESCRIBE HISTORY``).
     """
     replace_run_date(df, path, day, {"model_version": model_version})
+
+
+def write_publications_row(spark: SparkSession, path: str, run_date: dt.date, model_version: str,
+                           versions: Mapping[str, int]) -> int:
+    """Record a publication in the manifest: replace ``run_date``'s row in one Delta commit.
+
+    Written after the four tables, it is what makes their rows a publication: readers resolve through it and read
+    each table at the version recorded here, so nothing written after it (a re-run cut short) is seen.
+
+    Args:
+        spark: the session.
+        path: the manifest's Delta path (table :data:`MANIFEST_TABLE`).
+        run_date: the publication's run date.
+        model_version: the published model version.
+        versions: output table -> Delta version holding the publication's rows (all four tables).
+
+    Returns:
+        The manifest's Delta version after the write.
+    """
+    row = (run_date, model_version, *(int(versions[t]) for t in OUTPUT_TABLES), dt.datetime.now(dt.UTC))
+    replace_run_date(spark.createDataFrame([row], PUBLICATIONS_DDL), path, run_date, {"model_version": model_version})
+    return last_commit(spark, path)[0]
 
 
 def last_commit(spark: SparkSession, path: str) -> tuple[int, int]:
@@ -90,7 +112,7 @@ def read_inputs(spark: SparkSession, path: Callable[[str], str], run_date: dt.da
 def write_publication(spark: SparkSession, publication: PublicationFrames, path: Callable[[str], str],
                       run_date: dt.date, on_written: Callable[[str, int, int], None] | None = None
                       ) -> dict[str, tuple[int, int]]:
-    """Write the four tables in :data:`WRITE_ORDER` (marker last), one Delta commit each.
+    """Write the four tables in :data:`WRITE_ORDER`, one Delta commit each, then the manifest row recording them.
 
     Args:
         spark: the session.
@@ -100,14 +122,21 @@ def write_publication(spark: SparkSession, publication: PublicationFrames, path:
         on_written: called with ``(table, delta_version, rows)`` after each commit (progress logging).
 
     Returns:
-        table -> (Delta version, rows written).
+        table -> (Delta version, rows written), for the four tables and :data:`MANIFEST_TABLE` (one row).
     """
     written: dict[str, tuple[int, int]] = {}
+
+    def done(table: str, version_rows: tuple[int, int]) -> None:
+        written[table] = version_rows
+        if on_written is not None:
+            on_written(table, *version_rows)
+
     for table in WRITE_ORDER:
         write_publication_table(publication.tables[table], path(table), run_date, publication.model_version)
-        written[table] = last_commit(spark, path(table))
-        if on_written is not None:
-            on_written(table, *written[table])
+        done(table, last_commit(spark, path(table)))
+    versions = {t: v for t, (v, _) in written.items()}
+    done(MANIFEST_TABLE, (write_publications_row(spark, path(MANIFEST_TABLE), run_date, publication.model_version,
+                                                 versions), 1))
     return written
 
 

@@ -20,7 +20,7 @@ from hir_pipeline.contracts import OUTPUT_TABLES
 from hir_pipeline.query import Publication
 from resources import LakeResource
 from spark_jobs.delta_io import latest_version, read_table, replace_run_date
-from spark_jobs.publish import WRITE_ORDER, publish
+from spark_jobs.publish import MANIFEST_TABLE, WRITE_ORDER, publish
 from tests.assets.conftest import RUN_DATE, make_resources
 from tests.assets.publish_fixtures import (
     copy_inputs,
@@ -200,8 +200,8 @@ def test_missing_model_outputs_fail_clearly(runs):
     assert "model_outputs has no rows for run date" in failure.error.message
 
 
-def test_write_order_ends_with_the_marker():
-    assert WRITE_ORDER[-1] == "node_embeddings" and set(WRITE_ORDER) == set(OUTPUT_TABLES)
+def test_write_order_is_the_four_tables_and_the_manifest_follows_them():
+    assert sorted(WRITE_ORDER) == sorted(OUTPUT_TABLES) and MANIFEST_TABLE not in WRITE_ORDER
 
 
 @pytest.mark.slow
@@ -286,7 +286,7 @@ def test_publish_killed_between_tables_keeps_the_previous_publication(spark, run
     commit, check every table and the query layer, then re-run to completion."""
     lake = runs["lake"]
     before = Publication(lake.root)
-    before_versions = {t: latest_version(spark, lake.path(t)) for t in OUTPUT_TABLES}
+    before_versions = {t: latest_version(spark, lake.path(t)) for t in (*OUTPUT_TABLES, MANIFEST_TABLE)}
     some = runs["truth"][0][0]
     before_similar = before.similar(some, k=5)
     write_model_tables(spark, lake, runs["truth"], D2, "3", permute=9)
@@ -294,9 +294,9 @@ def test_publish_killed_between_tables_keeps_the_previous_publication(spark, run
     proc = spawn(["-c", PUBLISH_CHILD, lake.root, str(D2)], tmp_path / "child.log")
     kill_when(proc, first_commit.exists)
 
-    after_versions = {t: latest_version(spark, lake.path(t)) for t in OUTPUT_TABLES}
+    after_versions = {t: latest_version(spark, lake.path(t)) for t in (*OUTPUT_TABLES, MANIFEST_TABLE)}
     assert after_versions[WRITE_ORDER[0]] == before_versions[WRITE_ORDER[0]] + 1  # committed before the kill
-    assert after_versions["node_embeddings"] == before_versions["node_embeddings"]  # the marker was not
+    assert after_versions[MANIFEST_TABLE] == before_versions[MANIFEST_TABLE]  # the manifest row was not
     for table in OUTPUT_TABLES:  # every table is whole and readable by both engines at its latest version
         n = read_table(spark, lake.path(table)).count()
         assert n == DeltaTable(lake.path(table)).to_pyarrow_table().num_rows > 0
@@ -307,7 +307,7 @@ def test_publish_killed_between_tables_keeps_the_previous_publication(spark, run
 
     publication, written = publish(spark, lake.path, D2)  # the re-run completes
     spark.catalog.clearCache()
-    assert {t: v for t, (v, _) in written.items()} == {t: after_versions[t] + 1 for t in OUTPUT_TABLES}
+    assert {t: v for t, (v, _) in written.items()} == {t: v + 1 for t, v in after_versions.items()}
     done = Publication(lake.root)
     assert done.snapshot.model_version == "3" and done.snapshot.run_date == D2
     assert publication.stable.stability() == {0: 1.0, 1: 1.0, 2: 1.0}

@@ -1,4 +1,5 @@
-"""Queries over published tables written with deltalake: latest / as_of / version, errors, crash consistency, CLI."""
+"""Queries over publications written by the real Spark writer: latest / as_of / version through the publications
+manifest, errors, a publish killed before its manifest row, CLI."""
 
 from __future__ import annotations
 
@@ -6,107 +7,57 @@ import argparse
 import datetime as dt
 import io
 import json
-import time
+import shutil
 
 import numpy as np
-import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import DeltaTable
 
 from hir_pipeline.query import Publication, QueryError, UnknownIdError, cluster, recommend, similar
 from hir_pipeline.query.cli import EXIT_UNKNOWN, add_query_parser
-
-D1, D2 = dt.date(2024, 6, 1), dt.date(2024, 6, 2)
-# entity -> (type, direction): similar directions = similar interests
-ENTITIES = {
-    "u1": ("user", [1.0, 0.1, 0.0]),
-    "p1": ("product", [1.0, 0.0, 0.0]),
-    "p2": ("product", [0.9, 0.2, 0.0]),
-    "a1": ("ad", [0.95, 0.05, 0.1]),
-    "p3": ("product", [0.0, 1.0, 0.0]),
-    "p4": ("product", [0.0, 0.0, 1.0]),
-    "c1": ("campaign", [1.0, 0.05, 0.0]),
-}
+from tests.publications import D1, D2, publish, unit, write_edges
 
 
-def _unit(v):
-    v = np.asarray(v, dtype=np.float32)
-    return (v / np.linalg.norm(v)).tolist()
-
-
-def _write(path, rows: dict, day: dt.date, types: dict) -> None:
-    n = len(next(iter(rows.values())))
-    cols = {k: pa.array(v, types.get(k)) for k, v in rows.items()}
-    cols["run_date"] = pa.array([day] * n, pa.date32())
-    mode = "append"
-    try:
-        from deltalake import DeltaTable
-
-        DeltaTable(str(path))
-        mode = "overwrite"
-    except Exception:
-        pass
-    kwargs = {"predicate": f"run_date = '{day}'"} if mode == "overwrite" else {}
-    write_deltalake(str(path), pa.table(cols), partition_by=["run_date"], mode=mode, **kwargs)
-
-
-def publish(lake, day: dt.date, version: str, flip: bool = False) -> None:
-    """One publication, written in the publish asset's order (node_embeddings last)."""
-    ids = list(ENTITIES)
-    coarse = {e: (0 if ENTITIES[e][1][0] > 0.5 else 1) for e in ids}
-    if flip:  # a different model: the cluster of the "1st direction" entities is now 1
-        coarse = {e: 1 - c for e, c in coarse.items()}
-    _write(lake / "cluster_assignments", {
-        "entity_id": ids, "entity_type": [ENTITIES[e][0] for e in ids], "level": [0] * len(ids),
-        "cluster_id": [coarse[e] for e in ids], "confidence": [0.5 + 0.05 * i for i in range(len(ids))],
-        "model_version": [version] * len(ids),
-    }, day, {"level": pa.int32(), "cluster_id": pa.int32(), "confidence": pa.float32()})
-    _write(lake / "interest_supergraph", {
-        "level": [0, 0, 0, 0], "src_cluster": [0, 0, 1, 1], "dst_cluster": [0, 1, 0, 1],
-        "weight": [5.0, 1.5, 1.5, 2.0], "n_edges": [4, 2, 2, 2], "model_version": [version] * 4,
-    }, day, {"level": pa.int32(), "src_cluster": pa.int32(), "dst_cluster": pa.int32(), "n_edges": pa.int64()})
-    _write(lake / "cluster_profiles", {
-        "level": [0, 0], "cluster_id": [0, 1], "parent_cluster_id": [None, None],
-        "size": [sum(1 for c in coarse.values() if c == k) for k in (0, 1)],
-        "label": [f"first v{version}", f"other v{version}"], "top_members": [["p1"], ["p3"]],
-        "model_version": [version] * 2,
-    }, day, {"level": pa.int32(), "cluster_id": pa.int32(), "parent_cluster_id": pa.int32(), "size": pa.int64(),
-             "top_members": pa.list_(pa.string())})
-    _write(lake / "node_embeddings", {
-        "entity_id": ids, "entity_type": [ENTITIES[e][0] for e in ids],
-        "embedding": [_unit(ENTITIES[e][1]) for e in ids], "model_version": [version] * len(ids),
-    }, day, {"embedding": pa.list_(pa.float32())})
+@pytest.fixture(scope="module")
+def published(spark, tmp_path_factory):
+    """D1 by model 1, then D2 by model 2, then a graph_edges snapshot of D2 (written once per module)."""
+    root = tmp_path_factory.mktemp("query") / "lake"
+    publish(spark, root, D1, "1")
+    publish(spark, root, D2, "2")
+    write_edges(spark, root, D2, [("u1", "p1"), ("p1", "u1")])
+    return root
 
 
 @pytest.fixture()
-def lake(tmp_path):
-    root = tmp_path / "lake"
-    publish(root, D1, "1")
-    publish(root, D2, "2")
-    _write(root / "graph_edges", {"src_id": ["u1", "p1"], "dst_id": ["p1", "u1"], "weight": [1.0, 1.0]}, D2, {})
-    return root
+def lake(published, tmp_path):
+    """A private copy of the published lake (Delta logs hold relative paths), free to write to."""
+    return shutil.copytree(published, tmp_path / "lake")
 
 
 def test_similar_latest_ranks_by_dot_product(lake):
     hits = similar("p1", k=3, lake=str(lake))
     assert [h.entity_id for h in hits] == ["c1", "u1", "a1"]
-    assert hits[0].score == pytest.approx(float(np.dot(_unit([1, 0, 0]), _unit([1, 0.05, 0]))), rel=1e-5)
+    assert hits[0].score == pytest.approx(float(np.dot(unit([1, 0, 0]), unit([1, 0.05, 0]))), rel=1e-5)
     assert [h.entity_id for h in similar("p1", type="product", k=5, lake=str(lake))] == ["p2", "p3", "p4"]
     pub = Publication(str(lake))
     assert pub.snapshot.run_date == D2 and pub.snapshot.model_version == "2"
 
 
-def test_as_of_and_version_time_travel(lake):
-    assert Publication(str(lake), as_of=D1).snapshot.model_version == "1"
+def test_as_of_and_version_resolve_through_the_manifest(lake):
+    latest = Publication(str(lake)).snapshot
+    assert latest.versions == {"node_embeddings": 1, "cluster_assignments": 1, "interest_supergraph": 1,
+                               "cluster_profiles": 1, "publications": 1}
+    on_d1 = Publication(str(lake), as_of=D1).snapshot  # D1's row of the latest manifest: the tables' versions 0
+    assert (on_d1.run_date, on_d1.model_version) == (D1, "1")
+    assert on_d1.versions == {**{t: 0 for t in latest.versions}, "publications": 1}
     assert Publication(str(lake), as_of="2024-06-15").snapshot.run_date == D2
-    old = Publication(str(lake), version=0)  # first commit of node_embeddings: only D1 exists
+    old = Publication(str(lake), version=0)  # the manifest's first version: only D1 was published
     assert (old.snapshot.run_date, old.snapshot.model_version) == (D1, "1")
-    assert old.snapshot.versions == {"node_embeddings": 0, "cluster_assignments": 0, "interest_supergraph": 0,
-                                     "cluster_profiles": 0}
+    assert old.snapshot.versions == {t: 0 for t in latest.versions}
     assert cluster(0, 0, lake=str(lake), version=0).label == "first v1"
-    with pytest.raises(QueryError, match="no publication on or before 2024-05-01"):
-        Publication(str(lake), as_of=D1 - dt.timedelta(days=31))
-    with pytest.raises(QueryError, match="no Delta version 9"):
+    with pytest.raises(QueryError, match="no publication on or before 2024-05-01 in publications v1"):
+        Publication(str(lake), as_of="2024-05-01")
+    with pytest.raises(QueryError, match="publications has no Delta version 9"):
         Publication(str(lake), version=9)
 
 
@@ -136,27 +87,49 @@ def test_unknown_ids_and_missing_lake(lake, tmp_path):
         similar("nope", lake=str(lake))
     with pytest.raises(QueryError, match="unknown entity type"):
         similar("p1", type="planet", lake=str(lake))
-    with pytest.raises(QueryError, match="no publication"):
+    with pytest.raises(QueryError, match="nothing published yet .* materialize the publish assets"):
         similar("p1", lake=str(tmp_path / "empty"))
 
 
-def test_half_written_publication_is_not_read(lake):
-    """A re-run of D2 killed after cluster_assignments and cluster_profiles were committed, before the marker."""
-    time.sleep(0.01)  # the unfinished commits must be later than the marker's (ms timestamps)
+def test_a_recorded_version_gone_from_the_delta_log_is_a_clear_error(lake):
+    """Log retention removed node_embeddings v0's commit: manifest v0 (which records it) cannot be read, the latest
+    publication still can."""
+    embeddings = lake / "node_embeddings"
+    DeltaTable(str(embeddings)).create_checkpoint()  # at v1: the log no longer needs v0's commit file
+    (embeddings / "_delta_log" / f"{0:020d}.json").unlink()
+    with pytest.raises(QueryError, match="publication of 2024-06-01 .publications v0. cannot be read: "
+                                         "node_embeddings Delta version 0 is gone from the Delta log"):
+        Publication(str(lake), version=0)
+    assert Publication(str(lake)).similar("p1", k=1)[0].entity_id == "c1"
+
+
+@pytest.mark.slow
+def test_a_publish_killed_before_its_manifest_row_is_not_read(spark, lake, monkeypatch):
+    """A re-run of D2 by model 3, and a first run of D3, each killed after its four tables, before the manifest:
+    readers stay on the D2 publication by model 2, every table read at the version the manifest records."""
+    import spark_jobs.publish.io as publish_io
+
     before = Publication(str(lake))
-    publish_partial = lake / "cluster_profiles"
-    _write(publish_partial, {
-        "level": [0, 0], "cluster_id": [0, 1], "parent_cluster_id": [None, None], "size": [1, 1],
-        "label": ["half-written", "half-written"], "top_members": [[], []], "model_version": ["3", "3"],
-    }, D2, {"level": pa.int32(), "cluster_id": pa.int32(), "parent_cluster_id": pa.int32(), "size": pa.int64(),
-            "top_members": pa.list_(pa.string())})
+    answers = (before.similar("p1", k=3), before.cluster(0, 0), before.recommend("u1", k=2))
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed before the manifest write")
+
+    with monkeypatch.context() as m:
+        m.setattr(publish_io, "write_publications_row", killed)
+        for day in (D2, D2 + dt.timedelta(days=1)):
+            with pytest.raises(RuntimeError, match="killed before the manifest"):
+                publish(spark, lake, day, "3", flip=True)
+    assert DeltaTable(str(lake / "node_embeddings")).version() == 3  # both runs wrote every table
     after = Publication(str(lake))
     assert after.snapshot == before.snapshot
+    assert (after.similar("p1", k=3), after.cluster(0, 0), after.recommend("u1", k=2)) == answers
     assert after.cluster(0, 0).label == "first v2"
-    # once the re-run writes its marker, the new publication becomes visible
-    publish(lake, D2, "3", flip=True)
-    assert Publication(str(lake)).snapshot.model_version == "3"
-    assert Publication(str(lake)).cluster(0, 1).label == "other v3"
+
+    publish(spark, lake, D2, "3", flip=True)  # the re-run completes: the new publication becomes visible
+    done = Publication(str(lake))
+    assert (done.snapshot.run_date, done.snapshot.model_version) == (D2, "3")
+    assert done.cluster(0, 1).label == "other v3"
 
 
 def _cli(argv):
@@ -176,7 +149,7 @@ def test_cli_similar_cluster_recommend_and_unknown_id(lake):
     assert code == 0 and payload["model_version"] == "1" and payload["result"]["label"] == "other v1"
     code, out, _ = _cli(["query", "recommend", "u1", "-k", "1", "--lake", str(lake), "--version", "0"])
     # as of version 0 (run date D1) graph_edges has no snapshot yet, so nothing is excluded
-    assert code == 0 and "model_version=1" in out and out.splitlines()[1].split()[-1] == "p1"
+    assert code == 0 and "model_version=1 publications@v0" in out and out.splitlines()[1].split()[-1] == "p1"
     code, out, err = _cli(["query", "similar", "ghost", "--lake", str(lake)])
     assert code == EXIT_UNKNOWN and out == "" and "unknown entity 'ghost'" in err
     code, _, err = _cli(["query", "cluster", "3", "0", "--lake", str(lake)])
