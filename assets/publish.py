@@ -17,9 +17,11 @@ publication stays current. After the tables are written the ``champion`` alias m
 unless it names the model of a later run date (re-running an old date never moves it back).
 
 Crash safety: each table is replaced in one Delta commit (data files first, then one atomic log entry), so a
-run killed mid-write leaves every table at its previous version. ``node_embeddings`` is written *last* and
-acts as the publication's commit marker: readers (:mod:`hir_pipeline.query`) read the other tables as they
-stood when the marker was committed, so a half-finished publication is never mixed with a finished one.
+run killed mid-write leaves every table at its previous version. The ``publications`` manifest is written *last*:
+one row per run date with the model version and the Delta version of each of the four tables. Readers
+(:mod:`hir_pipeline.query`, the one-join SQL of docs/querying.md) resolve a publication through it, so a
+half-finished publication is never read, and since the manifest is only reached past the gates above, neither is
+an unchecked model.
 """
 
 import base64
@@ -40,6 +42,7 @@ from hir_pipeline.publish.pictures import ClusterNode, embedding_map_png, hierar
 from resources import LakeResource, MLflowResource, SparkResource
 from resources.config_schema import config_class
 from spark_jobs.publish import (
+    MANIFEST_TABLE,
     WRITE_ORDER,
     MissingInput,
     MixedModelVersions,
@@ -63,6 +66,8 @@ DESCRIPTIONS = {
     "cluster_assignments": "Every entity at every level: stable published cluster ID and confidence.",
     "interest_supergraph": "Cluster-to-cluster edge weights per level, summed over graph edges between members.",
     "cluster_profiles": "Per cluster: parent, size, TF-IDF label, top members, prototype, how its ID was matched.",
+    MANIFEST_TABLE: "One row per published run date, written last: model version and the Delta version of each of "
+                    "the four tables (readers resolve a publication through it).",
 }
 
 
@@ -193,7 +198,8 @@ def log_publication(
 
 @dg.multi_asset(
     name="publish_tables",
-    specs=[dg.AssetSpec(t, group_name=GROUP, deps=UPSTREAM, description=DESCRIPTIONS[t]) for t in WRITE_ORDER],
+    specs=[dg.AssetSpec(t, group_name=GROUP, deps=UPSTREAM, description=DESCRIPTIONS[t])
+           for t in (*WRITE_ORDER, MANIFEST_TABLE)],
     partitions_def=daily_partitions,
     compute_kind="spark",
 )
@@ -251,8 +257,9 @@ def publish_tables(
         "interest_supergraph": {"graph_edges_run_date": str(inputs.edges_date)},
         "cluster_profiles": {**stab_meta, "id_matches": dg.MetadataValue.json(methods),
                              "hierarchy": _markdown_image("cluster hierarchy", pictures["cluster_hierarchy.png"])},
+        MANIFEST_TABLE: {"table_versions": dg.MetadataValue.json({t: versions[t] for t in WRITE_ORDER})},
     }
-    for table in WRITE_ORDER:
+    for table in (*WRITE_ORDER, MANIFEST_TABLE):
         yield dg.MaterializeResult(
             asset_key=table,
             metadata={

@@ -79,7 +79,9 @@ def runs(spark, ingested_lake, tiny_source, tmp_path_factory):
 def test_first_publication_writes_the_four_tables(spark, runs):
     lake, truth, meta = runs["lake"], runs["truth"], runs["first"]
     n = len(truth)
-    assert set(meta) == set(OUTPUT_TABLES)
+    assert set(meta) == {*OUTPUT_TABLES, MANIFEST_TABLE}
+    assert meta[MANIFEST_TABLE]["dagster/row_count"] == 1
+    assert meta[MANIFEST_TABLE]["table_versions"] == dict.fromkeys(WRITE_ORDER, 0)
     assert meta["node_embeddings"]["dagster/row_count"] == n
     assert meta["cluster_assignments"]["dagster/row_count"] == 3 * n
     for table in OUTPUT_TABLES:
@@ -225,13 +227,14 @@ def test_publish_refuses_what_is_not_checked_and_gated(spark, runs):
 
     resources, lake = runs["resources"], runs["lake"]
     day = D2 + dt.timedelta(days=7)
-    before = {t: latest_version(spark, lake.path(t)) for t in OUTPUT_TABLES}
+    published = (*OUTPUT_TABLES, MANIFEST_TABLE)
+    before = {t: latest_version(spark, lake.path(t)) for t in published}
 
     def refused(message: str) -> None:
         result = _materialize(resources, day, raise_on_error=False)
         assert not result.success and not result.get_asset_materialization_events()
         assert message in result.failure_data_for_node("publish_tables").error.message
-        assert {t: latest_version(spark, lake.path(t)) for t in OUTPUT_TABLES} == before
+        assert {t: latest_version(spark, lake.path(t)) for t in published} == before
 
     client = MlflowClient()
     name = resources["mlflow"].registered_model
