@@ -226,26 +226,46 @@ def run_date_metadata(spark: SparkSession, path: str, day: dt.date) -> dict | No
     return None
 
 
-def upsert(spark: SparkSession, df: DataFrame, path: str, keys: Sequence[str], retry: WriteRetry | None = None
-           ) -> None:
+def upsert(
+    spark: SparkSession,
+    df: DataFrame,
+    path: str,
+    keys: Sequence[str],
+    newer: str | None = None,
+    retry: WriteRetry | None = None,
+) -> None:
     """Merge ``df`` into the table by ``keys``: changed rows are updated, new ones inserted.
 
-    ``retry``: as in :func:`replace_where` (a conflict repeats the whole upsert, the existence check included).
+    Args:
+        spark: the session.
+        df: the incoming rows (one per key).
+        path: the table's path (created from ``df`` when missing).
+        keys: the columns identifying a row.
+        newer: a column ordering the versions of a row (e.g. the run date that wrote it). A stored row is replaced
+            only by an incoming one whose value is >= its own (or when it has none), so re-running an old date never
+            brings back an older version; new keys are inserted whatever their value. The column alone is no
+            change: an unchanged row keeps the value of the write that last changed it and is not rewritten.
+        retry: as in :func:`replace_where` (a conflict repeats the whole upsert, the existence check included).
+
+    Columns of ``df`` that the table lacks are added to it (null in the rows already there).
     """
-    retry_on_conflict(lambda: _merge(spark, df, path, keys), path, retry or WriteRetry.from_conf(spark))
+    retry_on_conflict(lambda: _merge(spark, df, path, keys, newer), path, retry or WriteRetry.from_conf(spark))
 
 
-def _merge(spark: SparkSession, df: DataFrame, path: str, keys: Sequence[str]) -> None:
+def _merge(spark: SparkSession, df: DataFrame, path: str, keys: Sequence[str], newer: str | None) -> None:
     """One try of :func:`upsert`: create the table, or merge into it."""
     if not table_exists(spark, path):
         df.write.format("delta").mode("overwrite").save(path)
         return
-    cond = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-    changed = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in df.columns if c not in keys) or "false"
-    (
-        DeltaTable.forPath(spark, path).alias("t")
-        .merge(df.alias("s"), cond)
-        .whenMatchedUpdateAll(condition=changed)
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
+    target = DeltaTable.forPath(spark, path)
+    stored = set(target.toDF().columns)
+    added = [c for c in df.columns if c not in stored]
+    compared = [c for c in df.columns if c in stored and c not in keys and c != newer]
+    changed = ("true" if set(added) - {newer} else
+               " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in compared) or "false")
+    if newer is not None and newer in stored:
+        changed = f"({changed}) AND (t.`{newer}` IS NULL OR s.`{newer}` >= t.`{newer}`)"
+    merge = target.alias("t").merge(df.alias("s"), " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys))
+    if added:
+        merge = merge.withSchemaEvolution()  # without it, Delta drops the source's extra columns silently
+    merge.whenMatchedUpdateAll(condition=changed).whenNotMatchedInsertAll().execute()

@@ -93,6 +93,36 @@ def test_upsert_updates_and_inserts(spark, tmp_path):
     assert {(r.k, r.v) for r in read_table(spark, path).collect()} == {("a", "x"), ("b", "z"), ("c", "w")}
 
 
+def test_upsert_never_replaces_a_row_of_a_later_version_with_an_earlier_one(spark, tmp_path):
+    """``newer``: re-running an old date keeps what a later date wrote; new keys are inserted all the same."""
+    path, schema = str(tmp_path / "catalog"), "k string, v string, d date"
+    day1, day2, day3 = dt.date(2024, 1, 1), dt.date(2024, 1, 2), dt.date(2024, 1, 3)
+
+    def merge(*rows: tuple) -> dict[str, tuple]:
+        upsert(spark, spark.createDataFrame(list(rows), schema), path, ["k"], newer="d")
+        return {r.k: (r.v, r.d) for r in read_table(spark, path).collect()}
+
+    merge(("a", "title of day 2", day2))
+    assert merge(("a", "title of day 1", day1), ("b", "only on day 1", day1)) == {
+        "a": ("title of day 2", day2), "b": ("only on day 1", day1)}
+    assert merge(("a", "day 2 corrected", day2))["a"] == ("day 2 corrected", day2)  # the same date: replaced
+    version = latest_version(spark, path)
+    assert merge(("a", "day 2 corrected", day3))["a"] == ("day 2 corrected", day2)  # unchanged: not rewritten
+    metrics = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").where(f"version = {version + 1}").first()
+    assert metrics["operationMetrics"]["numTargetRowsUpdated"] == "0"
+
+
+def test_upsert_adds_the_version_column_to_a_table_written_before_it(spark, tmp_path):
+    """A catalog written without ``newer`` gets the column; its rows (null) count as older than any date."""
+    path = str(tmp_path / "catalog")
+    upsert(spark, spark.createDataFrame([("a", "x"), ("b", "y")], "k string, v string"), path, ["k"])
+    day = dt.date(2024, 1, 1)
+    rows = spark.createDataFrame([("a", "x", day), ("b", "y2", day), ("c", "z", day)], "k string, v string, d date")
+    upsert(spark, rows, path, ["k"], newer="d")
+    assert {(r.k, r.v, r.d) for r in read_table(spark, path).collect()} == {
+        ("a", "x", None), ("b", "y2", day), ("c", "z", day)}
+
+
 class Race:
     """Two writers of one table, the first overtaken: its rows wait in a Spark task (after its Delta transaction
     has read the table) until the second writer has committed, so the first one's commit always conflicts."""
