@@ -148,6 +148,7 @@ def replace_where(
     predicate: str,
     partition_by: Sequence[str] = (),
     user_metadata: Mapping[str, Any] | None = None,
+    *,
     retry: WriteRetry | None = None,
 ) -> None:
     """Atomically replace the rows matching ``predicate`` with ``df`` (whose rows must match it).
@@ -168,7 +169,7 @@ def replace_where(
     retry_on_conflict(lambda: writer.save(path), path, retry or WriteRetry.from_conf(df.sparkSession))
 
 
-def replace_table(df: DataFrame, path: str, retry: WriteRetry | None = None) -> None:
+def replace_table(df: DataFrame, path: str, *, retry: WriteRetry | None = None) -> None:
     """Atomically replace the whole table at ``path`` with ``df``; earlier versions stay readable (time travel).
 
     ``df`` may be computed from the table it replaces: Delta reads the version it planned against, and the
@@ -183,6 +184,7 @@ def replace_run_date(
     path: str,
     day: dt.date,
     user_metadata: Mapping[str, Any] | None = None,
+    *,
     retry: WriteRetry | None = None,
 ) -> None:
     """Replace the ``run_date = day`` partition of a run-date-partitioned table with ``df``, in one Delta commit.
@@ -198,7 +200,7 @@ def replace_run_date(
         retry: as in :func:`replace_where`.
     """
     replace_where(df, path, f"{RUN_DATE} = '{day}'", [RUN_DATE], {**(user_metadata or {}), RUN_DATE: str(day)},
-                  retry)
+                  retry=retry)
 
 
 def read_run_date(spark: SparkSession, path: str, day: dt.date, version: int | None = None) -> DataFrame:
@@ -231,6 +233,7 @@ def upsert(
     df: DataFrame,
     path: str,
     keys: Sequence[str],
+    *,
     newer: str | None = None,
     retry: WriteRetry | None = None,
 ) -> None:

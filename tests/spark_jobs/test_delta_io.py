@@ -182,8 +182,8 @@ def _merge_race(spark, race: Race, path: str, retry: WriteRetry) -> tuple[BaseEx
         return spark.createDataFrame([(key, "x")], "k string, v string")
 
     upsert(spark, rows("a"), path, ["k"])
-    error = race.run(lambda: upsert(spark, race.slow(rows("b"), "k"), path, ["k"], retry),
-                     lambda: upsert(spark, rows("c"), path, ["k"], retry))
+    error = race.run(lambda: upsert(spark, race.slow(rows("b"), "k"), path, ["k"], retry=retry),
+                     lambda: upsert(spark, rows("c"), path, ["k"], retry=retry))
     return error, {r.k for r in read_table(spark, path).collect()}
 
 
