@@ -1,6 +1,7 @@
 """Ingestion: a source following the contract -> bronze Delta tables + quarantine.
 
-One Spark pass labels every row; accepted rows land in ``entities`` / ``relations`` (merged by key)
+One Spark pass labels every row; accepted rows land in ``entities`` / ``relations`` (merged by key; a row last
+changed by a later run date than this run's is kept, so re-running an old date never brings back an older row)
 and ``events`` (daily Delta partitions by ``event_date``, replaced on re-run); everything else lands
 in ``quarantine`` with its reason and raw row, so nothing is lost and nothing is fatal.
 
@@ -102,15 +103,17 @@ def bronze_tables(
     with step("entities"):
         entities = settle("entities", labels.label_entities(raw["entities"], accepts.entity_types),
                           raw["entities"].count())
-        upsert(session, labels.accepted(entities, "entities"), lake.path("entities"), ["entity_id"])
+        upsert(session, labels.catalog_rows(entities, "entities", day), lake.path("entities"), ["entity_id"],
+               newer=labels.INGESTED_FOR)
         known = read_table(session, lake.path("entities")).select("entity_id", "entity_type").persist()
-    written("entities", counts["entities"]["accepted"], "merged by entity_id")
+    written("entities", counts["entities"]["accepted"], "merged by entity_id (rows of later run dates kept)")
 
     with step("relations"):
         relations = settle("relations", labels.label_relations(raw["relations"], known), raw["relations"].count())
-        upsert(session, labels.accepted(relations, "relations"), lake.path("relations"),
-               ["src_id", "dst_id", "relation"])
-    written("relations", counts["relations"]["accepted"], "merged by (src_id, dst_id, relation)")
+        upsert(session, labels.catalog_rows(relations, "relations", day), lake.path("relations"),
+               ["src_id", "dst_id", "relation"], newer=labels.INGESTED_FOR)
+    written("relations", counts["relations"]["accepted"],
+            "merged by (src_id, dst_id, relation) (rows of later run dates kept)")
 
     with step("events"):
         bounds = accepts.bounds(day)

@@ -26,6 +26,28 @@ from resources import (
 )
 
 NIGHTLY_JOB = "hir_nightly"
+#: Longest a nightly run may take, in seconds, unless ``HIR_NIGHTLY_MAX_RUNTIME_S`` says otherwise (0: no limit). Run
+#: monitoring fails a run that takes longer and ``run_retries`` retries it once: a run and its retry fit in the day
+#: before the next night's run.
+NIGHTLY_MAX_RUNTIME_S = 8 * 3600
+
+
+def nightly_run_tags() -> dict[str, str]:
+    """Tags of the runs the nightly schedule starts: ``dagster/max_runtime`` for run monitoring (retries inherit it).
+
+    On the schedule's runs only, not on the job: ``hir materialize`` runs the job in-process on the same instance,
+    and a backfill of years must not be cut by the daemon.
+    """
+    import os
+
+    raw = os.environ.get("HIR_NIGHTLY_MAX_RUNTIME_S", str(NIGHTLY_MAX_RUNTIME_S))
+    try:
+        seconds = int(raw)
+    except ValueError:
+        seconds = -1
+    if seconds < 0:
+        raise ValueError(f"HIR_NIGHTLY_MAX_RUNTIME_S={raw!r}: a whole number of seconds >= 0 (0: no limit)")
+    return {dg.MAX_RUNTIME_SECONDS_TAG: str(seconds)} if seconds else {}
 
 
 def default_resources(lake_root: str | None = None, source: str | None = None) -> dict[str, dg.ConfigurableResource]:
@@ -64,7 +86,8 @@ def build_definitions(lake_root: str | None = None, source: str | None = None) -
         selection=dg.AssetSelection.all(),
         description="Ingest the day's activity, rebuild graph and embeddings, retrain, publish, evaluate.",
     )
-    schedule = dg.build_schedule_from_partitioned_job(nightly, hour_of_day=2, minute_of_hour=0)
+    schedule = dg.build_schedule_from_partitioned_job(nightly, hour_of_day=2, minute_of_hour=0,
+                                                      tags=nightly_run_tags())
     return dg.Definitions(
         assets=assets,
         asset_checks=checks,

@@ -28,6 +28,9 @@ from spark_jobs.ingestion.reader import RAW_COLUMN, as_timestamp
 
 R = QuarantineReason
 REASON, DETAIL = "_reason", "_detail"
+#: Column of the bronze catalog tables (entities, relations): the run date whose ingestion last changed the row. It
+#: orders the versions of a catalog row, so re-running an old date never replaces a newer row with an older one.
+INGESTED_FOR = "ingested_for"
 
 
 @dataclass(frozen=True)
@@ -306,6 +309,14 @@ def accepted(labelled: DataFrame, table: str) -> DataFrame:
     if table == "events":
         cols.append(F.col(EVENT_DATE_COLUMN))
     return labelled.where(F.col(REASON).isNull()).select(*cols)
+
+
+def catalog_rows(labelled: DataFrame, table: str, run_date: dt.date) -> DataFrame:
+    """Accepted ``entities`` or ``relations`` rows in the bronze schema, stamped with the run date that ingests them
+    (:data:`INGESTED_FOR`, the ``newer`` column of their merge into the catalog)."""
+    if table not in ("entities", "relations"):
+        raise ValueError(f"{table!r} is not a catalog table (entities, relations)")
+    return accepted(labelled, table).withColumn(INGESTED_FOR, F.lit(run_date))
 
 
 def quarantined(labelled: DataFrame, table: str, run_date: dt.date) -> DataFrame:

@@ -10,6 +10,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from assets.ingestion import ACCOUNTING_CHECK, SUITE_CHECK, bronze_tables
+from resources import LakeResource
 from spark_jobs.delta_io import latest_version, read_table
 from tests.assets.conftest import RUN_DATE, ingestion_run_config
 
@@ -75,6 +76,57 @@ def test_day_window_replaces_only_that_day(spark, ingested_lake, tiny_source, tm
     assert materialized["events"]["unread_after_window"].value == 3
     assert materialized["events"]["unread_before_window"].value == events.where(
         F.to_date("event_ts") < F.lit(run)).count() + 3
+
+
+def _source_copy(spark, tiny_source, out, entities, relations):
+    """A copy of ``tiny_source`` whose entities and relations tables are the frames given."""
+    import shutil
+
+    shutil.copytree(tiny_source, out)
+    for table, df in (("entities", entities), ("relations", relations)):
+        df.write.mode("overwrite").parquet(str(out / table))
+    return out
+
+
+@pytest.mark.slow
+def test_rerunning_an_old_date_never_replaces_a_newer_catalog_row(spark, tiny_source, tmp_path):
+    """Day D2 renames an entity and reweights a relation; re-running D1 afterwards, from the catalog as it was on D1
+    (old title and weight, plus an entity that only D1's catalog has), keeps D2's rows and inserts the new one."""
+    import datetime as dt
+
+    from spark_jobs.ingestion.labels import INGESTED_FOR
+    from tests.assets.conftest import make_resources
+
+    day2 = dt.date.fromisoformat(RUN_DATE)
+    day1 = day2 - dt.timedelta(days=1)
+    entities = spark.read.parquet(str(tiny_source / "entities"))
+    relations = spark.read.parquet(str(tiny_source / "relations"))
+    renamed = entities.where(F.col("entity_type") == "product").orderBy("entity_id").first()["entity_id"]
+    edge = relations.orderBy("src_id", "dst_id", "relation").first()
+    is_edge = (F.col("src_id") == edge["src_id"]) & (F.col("dst_id") == edge["dst_id"]) & (
+        F.col("relation") == edge["relation"])
+    on_day2 = _source_copy(
+        spark, tiny_source, tmp_path / "day2",
+        entities.withColumn("title", F.when(F.col("entity_id") == renamed, F.lit("renamed on day 2"))
+                            .otherwise(F.col("title"))),
+        relations.withColumn("weight", F.when(is_edge, F.lit(7.0)).otherwise(F.col("weight"))))
+    added = entities.where(F.col("entity_id") == renamed).withColumn("entity_id", F.lit("product:only-on-day-1"))
+    on_day1 = _source_copy(spark, tiny_source, tmp_path / "day1", entities.unionByName(added), relations)
+
+    lake_root = tmp_path / "lake"
+    for day, source in ((day2, on_day2), (day1, on_day1)):
+        result = dg.materialize([bronze_tables], partition_key=day.isoformat(),
+                                resources=make_resources(spark, lake_root, source),
+                                run_config=ingestion_run_config("day"))
+        assert result.success, day
+
+    lake = LakeResource(root=str(lake_root))
+    stored = {r.entity_id: r for r in read_table(spark, lake.path("entities")).collect()}
+    assert (stored[renamed].title, stored[renamed][INGESTED_FOR]) == ("renamed on day 2", day2)
+    assert stored["product:only-on-day-1"][INGESTED_FOR] == day1
+    assert len(stored) == entities.count() + 1
+    weight = read_table(spark, lake.path("relations")).where(is_edge).first()
+    assert (weight.weight, weight[INGESTED_FOR]) == (7.0, day2)
 
 
 @pytest.mark.slow

@@ -41,6 +41,32 @@ def test_nightly_schedule_runs_yesterdays_partition():
     assert [r.partition_key for r in requests] == ["2026-12-02"]
 
 
+def _nightly_tags(**env: str) -> dict[str, str]:
+    """Tags of the run the nightly schedule requests at a tick, with the code location built under ``env``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("HIR_NIGHTLY_MAX_RUNTIME_S", raising=False)
+        for name, value in env.items():
+            mp.setenv(name, value)
+        schedule = build_definitions().resolve_schedule_def(f"{NIGHTLY_JOB}_schedule")
+    tick = dt.datetime(2026, 12, 3, 2, 0, tzinfo=dt.UTC)
+    with dg.build_schedule_context(scheduled_execution_time=tick) as context:
+        [request] = schedule.evaluate_tick(context).run_requests
+    return dict(request.tags)
+
+
+def test_nightly_runs_carry_the_maximum_runtime_that_run_monitoring_enforces():
+    from hir_pipeline.definitions import NIGHTLY_MAX_RUNTIME_S
+
+    assert _nightly_tags()[dg.MAX_RUNTIME_SECONDS_TAG] == str(NIGHTLY_MAX_RUNTIME_S) == "28800"
+    assert _nightly_tags(HIR_NIGHTLY_MAX_RUNTIME_S="600")[dg.MAX_RUNTIME_SECONDS_TAG] == "600"
+    assert dg.MAX_RUNTIME_SECONDS_TAG not in _nightly_tags(HIR_NIGHTLY_MAX_RUNTIME_S="0")  # no limit
+    for bad in ("8h", "-1"):
+        with pytest.raises(ValueError, match="HIR_NIGHTLY_MAX_RUNTIME_S"):
+            _nightly_tags(HIR_NIGHTLY_MAX_RUNTIME_S=bad)
+    # on the schedule's runs only: `hir materialize` runs the job itself, in-process, without a limit
+    assert dg.MAX_RUNTIME_SECONDS_TAG not in defs.resolve_job_def(NIGHTLY_JOB).tags
+
+
 GRAPH_USERS = ("entities", "graph_edges", "graph_nodes", "graph_views", "interest_model", "evaluation_report")
 MODEL_USERS = ("interest_model", "evaluation_report")
 
