@@ -9,6 +9,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from spark_jobs.publish import (
+    MixedModelVersions,
     PublishInputs,
     PublishSettings,
     build_publication,
@@ -50,9 +51,11 @@ def _tables(spark, day, perm0=None, perm1=None, version="1"):
     ).withColumn("run_date", F.lit(day))
     perm0 = perm0 or {i: i for i in range(3)}
     perm1 = perm1 or {i: i for i in range(5)}
-    hier = [(0, perm0[c], None, [float(c == 0), float(c == 1), float(c == 2), 0.0]) for c in range(3)]
-    hier += [(1, perm1[c], perm0[p], [0.0, 0.0, 0.0, 1.0 + c]) for c, p in PARENTS.items()]
-    hierarchy = spark.createDataFrame(hier, "level int, cluster_id int, parent_cluster_id int, prototype array<float>")
+    hier = [(0, perm0[c], None, [float(c == 0), float(c == 1), float(c == 2), 0.0], version) for c in range(3)]
+    hier += [(1, perm1[c], perm0[p], [0.0, 0.0, 0.0, 1.0 + c], version) for c, p in PARENTS.items()]
+    hierarchy = spark.createDataFrame(
+        hier, "level int, cluster_id int, parent_cluster_id int, prototype array<float>, model_version string",
+    ).withColumn("run_date", F.lit(day))
     return outputs, hierarchy
 
 
@@ -149,7 +152,8 @@ def test_permuted_version_keeps_ids_and_new_cluster_gets_fresh_id(spark, catalog
     moved = {"p6", "p7", "u5"}
     rows = [(*r[:3], [r[3][0], 4 if r[0] in moved else r[3][1]], *r[4:]) for r in _rows(version="3")]
     outputs3 = spark.createDataFrame(rows, outputs.drop("run_date").schema).withColumn("run_date", F.lit(DAY2))
-    third = build_publication(spark, PublishInputs(outputs3, hierarchy, entities, edges, prev_a, prev_p, DAY1, [5, 9]),
+    hierarchy3 = _tables(spark, DAY2, version="3")[1]
+    third = build_publication(spark, PublishInputs(outputs3, hierarchy3, entities, edges, prev_a, prev_p, DAY1, [5, 9]),
                               DAY2)
     got = {(r.entity_id, r.level): r.cluster_id for r in third.tables["cluster_assignments"].collect()}
     assert got[("p6", 1)] == got[("u5", 1)] == before[("p6", 1)] and got[("u4", 1)] == 9
@@ -159,9 +163,12 @@ def test_permuted_version_keeps_ids_and_new_cluster_gets_fresh_id(spark, catalog
 
 
 def test_long_assignments_and_model_version(spark):
-    outputs, _ = _tables(spark, DAY1)
+    outputs, hierarchy = _tables(spark, DAY1)
     rows = long_assignments(outputs.where("entity_id = 'p4'")).collect()
     assert [(r.level, r.model_cluster_id) for r in rows] == [(0, 1), (1, 2)]
-    assert model_version_of(outputs) == "1"
-    with pytest.raises(ValueError, match="one model_version"):
+    assert model_version_of(outputs) == model_version_of(outputs, hierarchy) == "1"
+    with pytest.raises(MixedModelVersions, match="one model version"):
         model_version_of(outputs.withColumn("model_version", F.col("entity_id")))
+    # embeddings of one model next to clusters of another: refused, not published as a pair
+    with pytest.raises(MixedModelVersions, match=r"'model_outputs': \['1'\], 'model_hierarchy': \['2'\]"):
+        model_version_of(outputs, _tables(spark, DAY1, version="2")[1])
