@@ -23,6 +23,7 @@ from hir_pipeline.evaluation.baselines import ALSConfig, LightGCNConfig
 from hir_pipeline.evaluation.runner import EvaluationSettings
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.publish.stable_ids import MatchConfig
+from hir_pipeline.training.output_checks import OutputCheckConfig
 from resources import GraphSettingsResource, ModelSettingsResource, SourceResource
 from resources.config_schema import LIBRARY_DEFAULT_NOTE, DerivedConfig, arg_descriptions, config_class
 from spark_jobs.evaluation.split import SplitConfig
@@ -48,9 +49,10 @@ DERIVED = [
     (PublishConfig, ("match",), MatchConfig, set()),
     (IngestionConfig, (), IngestConfig, set()),
     (SourceResource, (), SourceSpec, set()),
+    (TrainingConfig, ("output_checks",), OutputCheckConfig, set()),
 ]
 #: Dagster config classes with no core settings of their own (run behaviour only).
-RUN_BEHAVIOUR_ONLY = {TrainingConfig}
+RUN_BEHAVIOUR_ONLY: set[type] = set()
 
 
 def _section(cls: type, path: tuple[str, ...]) -> type:
