@@ -250,6 +250,7 @@ class Browser:
         if binary is None:
             missing("Debian's chromium", "run scripts/install_test_services.sh (apt-get install chromium)")
         profile.mkdir(parents=True, exist_ok=True)
+        self.profile = profile
         port_file = profile / "DevToolsActivePort"
         port_file.unlink(missing_ok=True)  # a stale one from an earlier browser would point at a dead port
         # --no-sandbox: the tests run as root in a container, where Chromium's sandbox cannot start.
@@ -276,6 +277,10 @@ class Browser:
         self._ids = itertools.count(1)
         self.call("Page.enable")
         self.call("Runtime.enable")
+        self.resize(width, height)
+
+    def resize(self, width: int, height: int) -> None:
+        """Set the viewport's size (the asset graph renders only the nodes inside it)."""
         self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
                   mobile=False)
 
@@ -319,7 +324,8 @@ class Browser:
         try:
             return wait_for(ready, timeout_s, what, every_s=1, proc=self.service.proc, log=self.service.log)
         except pytest.fail.Exception as exc:
-            raise AssertionError(f"{what}: not rendered: {state.get('missing')}") from exc
+            shot = self.screenshot(self.profile.parent / f"not-rendered-{int(time.time())}.png")
+            raise AssertionError(f"{what}: not rendered: {state.get('missing')} (see {shot})") from exc
 
     def screenshot(self, path: Path) -> Path:
         """Save a PNG of the viewport."""

@@ -155,16 +155,14 @@ def test_asset_graph_renders_every_group_asset_check_and_partitions(dagster_dev,
     location = dagster_dev.location_name()
 
     with browser(tmp_path) as page:
-        # The global lineage: one box per group with its number of assets (one group: its assets directly).
+        # The global lineage: one box per group (one group: its assets directly); how many assets a box holds is
+        # not checked here (the boxes show their counts only when the graph is zoomed in far enough), each group's
+        # own graph below shows every one of its assets.
         page.goto(f"{dagster_dev.url}/asset-groups")
         page.wait_text(["Global asset lineage"], 120, "lineage page")
         _dismiss_dialogs(page)
         needles = [*groups] if len(groups) > 1 else [*expected]
-        text = page.wait_text(needles, 180, "global asset graph")
-        if len(groups) > 1:
-            for group, names in groups.items():
-                # "ingestion" over "4", or "4 assets (fetching statuses)" while statuses load
-                assert re.search(rf"^{group}\n{len(names)}\b", text, re.M), f"group {group} with {len(names)} assets"
+        page.wait_text(needles, 180, "global asset graph")
         wait_for(lambda: "fetching statuses" not in page.text(), 120, "asset statuses in the graph")
         _dismiss_dialogs(page)  # it may have opened after the first try
         shot = page.screenshot(tmp_path / "ui-asset-graph.png")
@@ -173,7 +171,9 @@ def test_asset_graph_renders_every_group_asset_check_and_partitions(dagster_dev,
             (REPO / "docs").mkdir(exist_ok=True)
             shutil.copyfile(shot, REPO / "docs" / "ui-asset-graph.png")
 
-        # Each group's graph: every asset node, with its checks row and partition count.
+        # Each group's graph: every asset node, with its checks row and partition count. The graph draws only the
+        # nodes in the viewport and a group's assets stack vertically: a viewport tall enough for the largest group.
+        page.resize(1600, max(1000, 420 * max(len(names) for names in groups.values())))
         for group, names in groups.items():
             page.goto(f"{dagster_dev.url}/locations/{location}/asset-groups/{group}")
             passed = sorted({f"/ {checks[n]} Passed" for n in names if n in checks})
