@@ -6,6 +6,7 @@
 * :func:`replace_table` — a table holding one current snapshot is replaced whole.
 * :func:`upsert` — catalog tables (entities, relations) are merged by key, so a nightly source that
   holds only part of the catalog adds to it instead of erasing it.
+* :func:`roll_back` — a write whose checks failed is undone in one commit (write-audit-publish).
 Every write is one Delta commit: a run killed mid-write leaves the previous version readable. A write that loses a
 commit race to a concurrent writer (another run, a backfill, a second ``hir`` process) is retried from the start
 against the new table version (:class:`WriteRetry`); any other error is raised at once.
@@ -217,15 +218,70 @@ def run_date_metadata(spark: SparkSession, path: str, day: dt.date) -> dict | No
     if not table_exists(spark, path):
         return None
     history = (DeltaTable.forPath(spark, path).history().where(F.col("userMetadata").isNotNull())
-               .orderBy(F.col("version").desc()).select("userMetadata").collect())
+               .orderBy(F.col("version").desc()).select("version", "userMetadata").collect())
+    undone: set[int] = set()  # commits a later :func:`roll_back` undid: their snapshot is not in the table
     for row in history:
         try:
             meta = json.loads(row["userMetadata"])
         except (TypeError, ValueError):
             continue
-        if isinstance(meta, dict) and meta.get(RUN_DATE) == str(day):
+        if not isinstance(meta, dict) or row["version"] in undone:
+            continue
+        undone.update(meta.get(ROLLED_BACK, ()))
+        if meta.get(RUN_DATE) == str(day):
             return meta
     return None
+
+
+#: ``userMetadata`` key of a :func:`roll_back` commit: the versions it undid.
+ROLLED_BACK = "rolled_back"
+#: Spark conf Delta records as the next commit's ``userMetadata`` (the only way to label RESTORE and DELETE).
+_COMMIT_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+class WrittenSince(RuntimeError):
+    """Another writer committed to a table after the commits that were to be rolled back."""
+
+
+def roll_back(spark: SparkSession, path: str, before: int | None, written: int) -> int:
+    """Undo the commits ``before + 1 .. written`` of the table at ``path``, in one new commit.
+
+    The table returns to version ``before`` (Delta ``RESTORE``); a table that did not exist before (``before`` is
+    None) is emptied. The commit records ``{"rolled_back": [versions]}``, so :func:`run_date_metadata` no longer
+    finds the run dates those commits wrote. Earlier versions stay readable (time travel).
+
+    Args:
+        spark: the session.
+        path: the table.
+        before: its version before the commits to undo (None: there was no table).
+        written: the last commit to undo; it must still be the table's latest version.
+
+    Returns:
+        The version of the rollback commit.
+
+    Raises:
+        WrittenSince: another writer committed after ``written``; nothing is changed, since restoring would also
+            undo that writer's commit.
+    """
+    current = latest_version(spark, path)
+    if current != written:
+        raise WrittenSince(f"{path}: version {current} was committed after version {written}, which was to be "
+                           f"rolled back; nothing was rolled back")
+    undone = list(range(0 if before is None else before + 1, written + 1))
+    previous = spark.conf.get(_COMMIT_METADATA_CONF, None)
+    spark.conf.set(_COMMIT_METADATA_CONF, json.dumps({ROLLED_BACK: undone}))
+    try:
+        table = DeltaTable.forPath(spark, path)
+        if before is None:
+            table.delete()
+        else:
+            table.restoreToVersion(before)
+    finally:
+        if previous is None:
+            spark.conf.unset(_COMMIT_METADATA_CONF)
+        else:
+            spark.conf.set(_COMMIT_METADATA_CONF, previous)
+    return latest_version(spark, path)
 
 
 def upsert(

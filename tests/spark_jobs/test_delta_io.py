@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from spark_jobs.delta_io import (
     CONF_PREFIX,
     WriteRetry,
+    WrittenSince,
     latest_version,
     read_run_date,
     read_table,
@@ -25,6 +26,7 @@ from spark_jobs.delta_io import (
     replace_table,
     replace_where,
     retry_on_conflict,
+    roll_back,
     run_date_metadata,
     upsert,
 )
@@ -276,3 +278,41 @@ def test_retry_settings_come_from_the_spark_conf(spark):
             spark.conf.unset(CONF_PREFIX + key)
     delays = [WriteRetry(backoff_s=1, max_backoff_s=3).delay_s(n) for n in (1, 2, 3, 4)]
     assert 0.5 <= delays[0] <= 1 and 1 <= delays[1] <= 2 and 1.5 <= delays[2] <= 3 and 1.5 <= delays[3] <= 3
+
+
+def _snapshot(spark, rows: list[tuple[int]], day: dt.date) -> DataFrame:
+    return spark.createDataFrame([(i, day) for (i,) in rows], "id int, run_date date")
+
+
+def _rows(spark, path: str, day: dt.date) -> set[int]:
+    return {r.id for r in read_run_date(spark, path, day).collect()}
+
+
+def test_roll_back_restores_the_snapshot_before_the_write_and_forgets_its_run_date(spark, tmp_path):
+    path = str(tmp_path / "edges")
+    replace_run_date(_snapshot(spark, [(1,), (2,)], DAY1), path, DAY1)
+    before = latest_version(spark, path)
+    replace_run_date(_snapshot(spark, [(3,)], DAY1), path, DAY1, {"settings": "bad"})
+    replace_run_date(_snapshot(spark, [(4,)], DAY2), path, DAY2)  # a second write of the same step
+    written = latest_version(spark, path)
+
+    version = roll_back(spark, path, before, written)
+    assert version == written + 1
+    assert _rows(spark, path, DAY1) == {1, 2} and _rows(spark, path, DAY2) == set()
+    assert run_date_metadata(spark, path, DAY1) == {"run_date": str(DAY1)}  # the first write's, not the undone one
+    assert run_date_metadata(spark, path, DAY2) is None
+    assert {r.id for r in read_run_date(spark, path, DAY1, written - 1).collect()} == {3}  # time travel still works
+
+    # rolling back twice is refused: the rollback commit now follows the version it would undo
+    with pytest.raises(WrittenSince, match=f"version {version} was committed after version {written}"):
+        roll_back(spark, path, before, written)
+    # a later write of the date is found again
+    replace_run_date(_snapshot(spark, [(5,)], DAY1), path, DAY1, {"settings": "good"})
+    assert run_date_metadata(spark, path, DAY1) == {"run_date": str(DAY1), "settings": "good"}
+
+
+def test_roll_back_of_the_first_write_leaves_an_empty_table_and_no_run_date(spark, tmp_path):
+    path = str(tmp_path / "first")
+    replace_run_date(_snapshot(spark, [(1,)], DAY1), path, DAY1)
+    roll_back(spark, path, None, latest_version(spark, path))
+    assert read_table(spark, path).count() == 0 and run_date_metadata(spark, path, DAY1) is None
