@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_stages
 from assets.quality import validate
+from assets.write_audit import WriteAudit
 from hir_pipeline.content_embeddings.config import EFFICIENTNET_LITE0, EmbeddingConfig, resolve_model_folder
 from hir_pipeline.content_embeddings.content_hash import model_identifier
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
@@ -105,8 +106,10 @@ def content_embeddings(
     embed_s = stages.seconds["embed"]
     embedded = counts["new"] + counts["changed"]
     context.log.info(f"content_embeddings: {counts} in {embed_s:.1f}s; writing the snapshot")
+    audit = WriteAudit.begin(session, lake, ["content_embeddings"])
     with stages("write"):  # reused rows are read from the table being replaced: safe, see replace_table
         replace_table(snapshot, path)
+    audit.wrote("content_embeddings")
     write_s = stages.seconds["write"]
     snapshot.unpersist()
 
@@ -115,7 +118,9 @@ def content_embeddings(
     version = latest_version(session, path)
     context.log.info(f"content_embeddings for run date {day}: {int(stats['rows']):,} rows written in {write_s:.1f}s, "
                      f"Delta version {version}")
-    check = validate(quality_frame(written), "content_embeddings", quality_expectations(model_id))
+    gx = validate(quality_frame(written), "content_embeddings", quality_expectations(model_id))
+    check = dg.AssetCheckResult(check_name=CHECK_QUALITY, asset_key="content_embeddings", passed=gx.passed,
+                                severity=gx.severity, metadata={**gx.metadata, "run_date": str(day)})
     yield dg.MaterializeResult(metadata={
         "dagster/row_count": int(stats["rows"]),
         "run_date": str(day),
@@ -134,6 +139,6 @@ def content_embeddings(
         "stage_seconds": dg.MetadataValue.json(stages.seconds),
         "delta_version": version,
         "path": dg.MetadataValue.path(path),
+        **audit.settle(context, [check]),
     })
-    yield dg.AssetCheckResult(check_name=CHECK_QUALITY, asset_key="content_embeddings", passed=check.passed,
-                              severity=check.severity, metadata={**check.metadata, "run_date": str(day)})
+    yield check

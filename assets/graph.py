@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_stages
+from assets.write_audit import WriteAudit
 from resources import GraphSettingsResource, LakeResource, SparkResource
 from spark_jobs.delta_io import MissingInput, latest_version, read_run_date, read_table, replace_run_date
 from spark_jobs.graph import build_edges, build_nodes, checks, snapshots
@@ -116,17 +117,22 @@ def graph_edges(
     stages = spark_stages(context, session, context.asset_key.to_user_string(), config.progress_every_s)
     path = lake.path("graph_edges")
     bronze = {t: read_table(session, lake.path(t)) for t in ("entities", "relations", "events")}
+    audit = WriteAudit.begin(session, lake, ["graph_edges"])
     stages.run("build_and_write", lambda: replace_run_date(
         build_edges(bronze["entities"], bronze["relations"], bronze["events"], day, cfg), path, day))
+    audit.wrote("graph_edges")
     written = read_run_date(session, path, day)
     by_type = {r["edge_type"]: int(r["count"]) for r in written.groupBy("edge_type").count().collect()}
-    result = stages.run("check", lambda: checks.check_weights_finite_positive(written))
+    check = _check(CHECK_WEIGHTS, "graph_edges",
+                   stages.run("check", lambda: checks.check_weights_finite_positive(written)), day)
+    metadata = _table_metadata(context, session, path, day, sum(by_type.values()))
     yield dg.MaterializeResult(metadata={
-        **_table_metadata(context, session, path, day, sum(by_type.values())),
+        **metadata,
         "edges_by_type": dg.MetadataValue.json(dict(sorted(by_type.items()))),
         "stage_seconds": dg.MetadataValue.json(stages.seconds),
+        **audit.settle(context, [check]),
     })
-    yield _check(CHECK_WEIGHTS, "graph_edges", result, day)
+    yield check
 
 
 @dg.asset(
@@ -151,7 +157,9 @@ def graph_nodes(
     path = lake.path("graph_nodes")
     edges = require_snapshot(session, lake, "graph_edges", day)
     entities = read_table(session, lake.path("entities"))
+    audit = WriteAudit.begin(session, lake, ["graph_nodes"])
     stages.run("build_and_write", lambda: replace_run_date(build_nodes(entities, edges, day, cfg), path, day))
+    audit.wrote("graph_nodes")
     written = read_run_date(session, path, day)
     stats = written.agg(
         F.count(F.lit(1)).alias("rows"),
@@ -160,16 +168,19 @@ def graph_nodes(
         F.count(F.when(F.col("has_history"), 1)).alias("with_history"),
     ).first()
     by_type = {r["entity_type"]: int(r["count"]) for r in written.groupBy("entity_type").count().collect()}
-    result = stages.run("check", lambda: checks.check_no_dangling_edges(written, edges))
+    check = _check(CHECK_DANGLING, "graph_nodes",
+                   stages.run("check", lambda: checks.check_no_dangling_edges(written, edges)), day)
+    metadata = _table_metadata(context, session, path, day, int(stats["rows"]))
     yield dg.MaterializeResult(metadata={
-        **_table_metadata(context, session, path, day, int(stats["rows"])),
+        **metadata,
         "nodes_by_type": dg.MetadataValue.json(dict(sorted(by_type.items()))),
         "isolated_nodes": int(stats["isolated"]),
         "nodes_with_history": int(stats["with_history"]),
         "max_degree": int(stats["max_degree"]),
         "stage_seconds": dg.MetadataValue.json(stages.seconds),
+        **audit.settle(context, [check]),
     })
-    yield _check(CHECK_DANGLING, "graph_nodes", result, day)
+    yield check
 
 
 @dg.asset(
@@ -209,7 +220,9 @@ def graph_views(
     edges = require_snapshot(session, lake, "graph_edges", day).persist()
     plan = snapshots.plan_views(session, lake.path, day, cfg, nodes, edges, config.incremental, stages)
     context.log.info(f"graph_views: {plan.describe()}")
+    audit = WriteAudit.begin(session, lake, ["graph_views"])
     stages.run("sample_structure_and_write", lambda: snapshots.write_views(plan.views, path, day, cfg))
+    audit.wrote("graph_views")
 
     written = read_run_date(session, path, day)
     stats = written.agg(
@@ -219,12 +232,17 @@ def graph_views(
         F.coalesce(F.max(F.size("nodes")), F.lit(0)).alias("max_nodes"),
         F.count(F.when(F.size("nodes") == 1, 1)).alias("singleton"),
     ).first()
-    anchor_result = stages.run("check_anchor", lambda: checks.check_anchor_first(written))
-    dist_result = stages.run("check_distances", lambda: checks.check_distance_matrices(written))
+    results = [
+        _check(CHECK_ANCHOR, "graph_views", stages.run("check_anchor", lambda: checks.check_anchor_first(written)),
+               day),
+        _check(CHECK_DISTANCES, "graph_views",
+               stages.run("check_distances", lambda: checks.check_distance_matrices(written)), day),
+    ]
     nodes.unpersist()
     edges.unpersist()
+    metadata = _table_metadata(context, session, path, day, int(stats["rows"]))
     yield dg.MaterializeResult(metadata={
-        **_table_metadata(context, session, path, day, int(stats["rows"])),
+        **metadata,
         **plan.metadata(),
         "anchors": plan.anchors,
         "truncated_views": int(stats["truncated"]),
@@ -236,6 +254,6 @@ def graph_views(
                                        "narrow_fanout": list(cfg.narrow_fanout)}),
         "views_config": snapshots.views_fingerprint(cfg),
         "stage_seconds": dg.MetadataValue.json(stages.seconds),
+        **audit.settle(context, results),
     })
-    yield _check(CHECK_ANCHOR, "graph_views", anchor_result, day)
-    yield _check(CHECK_DISTANCES, "graph_views", dist_result, day)
+    yield from results

@@ -21,10 +21,11 @@ from assets.bronze_suites import bronze_suites
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_progress
 from assets.quality import validate
+from assets.write_audit import WriteAudit
 from hir_pipeline.contracts import EVENT_DATE_COLUMN
 from resources import GraphSettingsResource, LakeResource, SourceResource, SparkResource
 from resources.config_schema import config_class
-from spark_jobs.delta_io import latest_version, read_table, replace_run_date, replace_where, table_exists, upsert
+from spark_jobs.delta_io import read_table, replace_run_date, replace_where, table_exists, upsert
 from spark_jobs.ingestion import labels
 from spark_jobs.ingestion.reader import read_source
 
@@ -97,9 +98,10 @@ def bronze_tables(
         return labelled
 
     def written(table: str, rows: int, how: str) -> None:
-        versions[table] = latest_version(session, lake.path(table))
+        versions[table] = audit.wrote(table)
         context.log.info(f"{table} for run date {day}: {rows:,} rows {how}, Delta version {versions[table]}")
 
+    audit = WriteAudit.begin(session, lake, [*BRONZE, "quarantine"])
     with step("entities"):
         entities = settle("entities", labels.label_entities(raw["entities"], accepts.entity_types),
                           raw["entities"].count())
@@ -140,7 +142,7 @@ def bronze_tables(
 
     with step("accounting"):
         quarantined_now, events_now = labels.recount(session, lake.path, day, window)
-    yield from _results(lake, day, counts, versions, quarantined_now, events_now, outside)
+    results = [_accounting_check(counts, quarantined_now, events_now)]
     suites = bronze_suites(accepts.entity_types, funnel)
     for table in BRONZE:
         df = read_table(session, lake.path(table))
@@ -148,13 +150,15 @@ def bronze_tables(
             df = df.where(window.predicate())
         context.log.info(f"Validating {table} with Great Expectations ({len(suites[table])} expectations)")
         with step(f"validate {table}"):
-            check = validate(df, f"bronze_{table}", suites[table], asset_key=table, check_name=SUITE_CHECK)
-        yield check
+            results.append(validate(df, f"bronze_{table}", suites[table], asset_key=table, check_name=SUITE_CHECK))
+    rolled_back = audit.settle(context, results)
+    yield from _materializations(lake, day, counts, versions, quarantined_now, outside, rolled_back)
+    yield from results
 
 
-def _results(lake: LakeResource, day: dt.date, counts: dict[str, dict[str, int]], versions: dict[str, int],
-             quarantined_now: dict[str, int], events_now: int, outside: dict[str, int]):
-    """Materialization metadata, plus the accounting check on the counts re-read from the written tables."""
+def _materializations(lake: LakeResource, day: dt.date, counts: dict[str, dict[str, int]], versions: dict[str, int],
+                      quarantined_now: dict[str, int], outside: dict[str, int], rolled_back: dict):
+    """Materialization metadata of the four tables (``rolled_back``: :meth:`WriteAudit.settle`'s, on each)."""
     for table in BRONZE:
         c = counts[table]
         extra = ({"unread_before_window": outside["before"], "unread_after_window": outside["after"]}
@@ -169,6 +173,7 @@ def _results(lake: LakeResource, day: dt.date, counts: dict[str, dict[str, int]]
                 "run_date": str(day),
                 "delta_version": versions[table],
                 "path": dg.MetadataValue.path(lake.path(table)),
+                **rolled_back,
             },
         )
     yield dg.MaterializeResult(
@@ -179,15 +184,21 @@ def _results(lake: LakeResource, day: dt.date, counts: dict[str, dict[str, int]]
             "run_date": str(day),
             "delta_version": versions["quarantine"],
             "path": dg.MetadataValue.path(lake.path("quarantine")),
+            **rolled_back,
         },
     )
+
+
+def _accounting_check(counts: dict[str, dict[str, int]], quarantined_now: dict[str, int],
+                      events_now: int) -> dg.AssetCheckResult:
+    """Every row read is accepted or quarantined, on the counts re-read from the written tables."""
     problems = []
     for table in BRONZE:
         c = counts[table]
         accepted_now = events_now if table == "events" else c["accepted"]
         if accepted_now + quarantined_now.get(table, 0) != c["read"]:
             problems.append(f"{table}: {accepted_now} + {quarantined_now.get(table, 0)} != {c['read']}")
-    yield dg.AssetCheckResult(
+    return dg.AssetCheckResult(
         check_name=ACCOUNTING_CHECK,
         asset_key="quarantine",
         passed=not problems,

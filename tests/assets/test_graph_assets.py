@@ -202,12 +202,19 @@ def test_failed_blocking_check_stops_downstream(spark, lake, tmp_path):
     one_edge = snapshot(spark, resources, "graph_edges", RUN_DATE).limit(1)
     dangling = one_edge.withColumn("dst_idx", F.lit(10**9).cast("long"))
     dangling.write.format("delta").mode("append").save(path)
+    nodes_before = sorted(snapshot(spark, resources, "graph_nodes", RUN_DATE).collect())
+    assert nodes_before, "the copied lake holds the date's nodes"
     result = materialize(resources, RUN_DATE, [graph_nodes, graph_views])
     assert not result.success
     [check] = result.get_asset_check_evaluations()
     assert check.check_name == CHECK_DANGLING and not check.passed
     assert check.metadata["dangling_endpoints"].value == 1
-    assert [m.asset_key.path[-1] for m in result.get_asset_materialization_events()] == ["graph_nodes"]
+    [event] = result.get_asset_materialization_events()
+    assert event.asset_key.path[-1] == "graph_nodes"
+    # write-audit-publish: the rebuilt nodes that failed the check are rolled back, readers see those of before
+    rolled = event.materialization.metadata["rolled_back"].value["graph_nodes"]
+    assert rolled["rollback_version"] == rolled["to_version"] + 2  # the failed write, then its rollback
+    assert sorted(snapshot(spark, resources, "graph_nodes", RUN_DATE).collect()) == nodes_before
 
 
 @pytest.mark.slow
