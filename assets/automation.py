@@ -39,13 +39,20 @@ def upstream_changed() -> dg.AutomationCondition:
 
     Not while any dependency of that date is missing or in progress, nor while the partition itself is in
     progress: a half-finished upstream run never triggers a downstream one, and a run is never requested twice.
-    Dependencies that will be requested on the same tick count as updated, so one tick requests the whole
-    downstream chain of a date in one run.
+    Not while a blocking check of a dependency's partition failed its latest evaluation either: that write was
+    rolled back (:mod:`assets.write_audit`) and waits for a fix; the next update whose checks pass triggers the
+    refresh. (Not ``all_deps_blocking_checks_passed``: a dependency materialized before its checks existed, or by
+    a run that skipped them, has no passed evaluation and would block its downstream for ever.) Dependencies that
+    will be requested on the same tick count as updated, so one tick requests the whole downstream chain of a
+    date in one run.
     """
+    blocking_check_failed = dg.AutomationCondition.any_checks_match(
+        dg.AutomationCondition.check_failed(), blocking_only=True).with_label("blocking_check_failed")
     return (
         dg.AutomationCondition.any_deps_updated().since_last_handled()
         & ~dg.AutomationCondition.any_deps_missing()
         & ~dg.AutomationCondition.any_deps_in_progress()
+        & ~dg.AutomationCondition.any_deps_match(blocking_check_failed)
         & ~dg.AutomationCondition.in_progress()
     ).with_label(LABEL)
 

@@ -16,6 +16,7 @@ the code location puts the refresh condition on exactly the assets that have an 
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import shutil
 from dataclasses import dataclass
@@ -214,3 +215,35 @@ def test_upstream_change_requests_downstream_refresh(nightly: Nightly):
     # And again nothing twice.
     tick = dg.evaluate_automation_conditions(defs=nightly.auto_defs, instance=nightly.instance, cursor=tick.cursor)
     assert tick.total_requested == 0
+
+    # graph_edges re-materialized with weights that overflow (every stage 1e308): its blocking check fails, the
+    # write is rolled back, and the next tick requests nothing downstream of it.
+    edges = dg.AssetKey("graph_edges")
+    rows_before = _edges_of_the_date(nightly.lake)
+    settings = nightly.defs.resources["graph_settings"]
+    overflowing = type(settings)(**{**settings.model_dump(), "stage_weights": [1e308] * len(settings.funnel)})
+    bad_defs = dg.Definitions(assets=nightly.defs.assets, asset_checks=nightly.defs.asset_checks,
+                              jobs=nightly.defs.jobs, executor=nightly.defs.executor,
+                              resources={**nightly.defs.resources, "graph_settings": overflowing})
+    bad = _run(bad_defs, nightly.instance, {edges}, {})
+    assert not bad.success
+    [evaluation] = [e for e in bad.get_asset_check_evaluations() if e.asset_key == edges]
+    assert not evaluation.passed and evaluation.metadata["bad_weights"].value > 0
+    [materialization] = [e.materialization for e in bad.get_asset_materialization_events()]
+    assert "rolled_back" in materialization.metadata
+    assert _edges_of_the_date(nightly.lake) == rows_before, "readers see the rows of before the failed run"
+    tick = dg.evaluate_automation_conditions(defs=nightly.auto_defs, instance=nightly.instance, cursor=tick.cursor)
+    assert tick.total_requested == 0, requested(tick)
+
+    # Fixed: a passing re-run of the date refreshes everything downstream of it again.
+    assert _run(nightly.defs, nightly.instance, {edges}, {}).success
+    tick = dg.evaluate_automation_conditions(defs=nightly.auto_defs, instance=nightly.instance, cursor=tick.cursor)
+    assert requested(tick) == {k: {RUN_DATE} for k in downstream({edges})}
+
+
+def _edges_of_the_date(lake: Path) -> list[tuple]:
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(lake / "graph_edges")).to_pyarrow_table(
+        filters=[("run_date", "=", dt.date.fromisoformat(RUN_DATE))])
+    return sorted(zip(*(table.column(c).to_pylist() for c in ("src_idx", "dst_idx", "weight")), strict=True))
