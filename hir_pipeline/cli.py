@@ -14,6 +14,7 @@ import shutil
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from dotenv import dotenv_values
 
@@ -212,6 +213,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from hir_pipeline.definitions import default_resources
 
     dagster_home()
+    read_run_config(args.config)  # a missing or broken file fails before Spark starts
     partition, window = _resolve_partition(args.source, args.partition)
     resources = default_resources(args.lake, args.source)
     print(f"hir evaluate: source={args.source} lake={resources['lake'].root} run date={partition}", flush=True)
@@ -328,8 +330,16 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (exit status 2), like every other ``hir`` error:
+    argparse's default prints the whole usage first. Sub-command parsers are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hir", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="hir", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)

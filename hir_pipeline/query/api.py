@@ -16,8 +16,9 @@ IDs raise :class:`UnknownIdError`; the command line is :mod:`hir_pipeline.query.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -95,6 +96,20 @@ def _path(lake: str, table: str) -> str:
     return f"{lake.rstrip('/')}/{table}"
 
 
+@contextlib.contextmanager
+def _readable(lake: str, table: str) -> Iterator[None]:
+    """Turn a failure to read ``table`` of ``lake`` (a broken Delta log, a missing or corrupt data file, a folder
+    that cannot be listed) into a one-line :class:`QueryError` naming them."""
+    import pyarrow as pa
+    from deltalake.exceptions import DeltaError
+
+    try:
+        yield
+    except (DeltaError, OSError, pa.ArrowException) as exc:
+        reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise QueryError(f"{table} in lake {lake!r} cannot be read: {reason}") from exc
+
+
 def _parse_date(value: dt.date | str | None) -> dt.date | None:
     if value is None or isinstance(value, dt.date):
         return value
@@ -128,7 +143,8 @@ class Publication:
         from deltalake.exceptions import DeltaError
 
         if version is None:
-            return DeltaTable(_path(self.lake, table), storage_options=self._options)
+            with _readable(self.lake, table):
+                return DeltaTable(_path(self.lake, table), storage_options=self._options)
         if (table, version) not in self._pinned:
             try:
                 self._pinned[table, version] = DeltaTable(_path(self.lake, table), version=version,
@@ -158,10 +174,16 @@ class Publication:
                 filesystem = None
         return delta.to_pyarrow_dataset(filesystem=filesystem)
 
+    def _scan(self, table: str, version: int | None = None, **to_table):
+        """``table`` (at ``version``) read into a pyarrow Table; ``to_table``: columns and filter."""
+        with _readable(self.lake, table):
+            return self._dataset(table, version).to_table(**to_table)
+
     def _exists(self, table: str) -> bool:
         from deltalake import DeltaTable
 
-        return DeltaTable.is_deltatable(_path(self.lake, table), storage_options=self._options)
+        with _readable(self.lake, table):
+            return DeltaTable.is_deltatable(_path(self.lake, table), storage_options=self._options)
 
     def _resolve(self, as_of: dt.date | None, version: int | None) -> Snapshot:
         """The manifest row of the newest run date on or before ``as_of``, in manifest ``version``."""
@@ -176,7 +198,7 @@ class Publication:
             raise QueryError(f"{MANIFEST_TABLE} has no Delta version {version} (versions 0..{latest})")
         version = latest if version is None else version
         flt = None if as_of is None else ds.field("run_date") <= pa.scalar(as_of, pa.date32())
-        rows = self._dataset(MANIFEST_TABLE, version).to_table(filter=flt).to_pylist()
+        rows = self._scan(MANIFEST_TABLE, version, filter=flt).to_pylist()
         if not rows:
             when = "" if as_of is None else f" on or before {as_of}"
             raise QueryError(f"no publication{when} in {MANIFEST_TABLE} v{version} of lake {self.lake!r}")
@@ -211,8 +233,7 @@ class Publication:
         flt &= ds.field("model_version") == s.model_version
         if where is not None:
             flt = flt & where
-        return self._dataset(table, s.versions[table]).to_table(columns=list(columns) if columns else None,
-                                                                filter=flt)
+        return self._scan(table, s.versions[table], columns=list(columns) if columns else None, filter=flt)
 
     def _embeddings(self):
         t = self.read("node_embeddings", ["entity_id", "entity_type", "embedding"])
@@ -283,7 +304,7 @@ class Publication:
         import pyarrow as pa
 
         flt = (ds.field("run_date") == pa.scalar(dates[-1], pa.date32())) & (ds.field("src_id") == user_id)
-        return set(self._dataset("graph_edges").to_table(columns=["dst_id"], filter=flt).column(0).to_pylist())
+        return set(self._scan("graph_edges", columns=["dst_id"], filter=flt).column(0).to_pylist())
 
     def cluster(self, level: int, cluster_id: int, members: int = 20, neighbours: int = 10) -> ClusterView:
         """A cluster's profile, its ``members`` highest-confidence members, children and strongest neighbours.

@@ -20,12 +20,20 @@ from hir_pipeline.query.api import RECOMMENDABLE_TYPES, ClusterView, Publication
 EXIT_UNKNOWN = 2
 
 
+def _date(value: str) -> dt.date:
+    """``--as-of``'s type: a YYYY-MM-DD date, or a usage error naming the value."""
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a date (YYYY-MM-DD)") from None
+
+
 def add_query_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``query similar|cluster|recommend`` to the ``hir`` command line; the handler is
     :func:`run_query` (set as ``func``), which returns the exit code."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--lake", default=None, help="Delta lake root (default: HIR_LAKE or .hir/lake)")
-    common.add_argument("--as-of", dest="as_of", type=dt.date.fromisoformat, default=None, metavar="YYYY-MM-DD",
+    common.add_argument("--as-of", dest="as_of", type=_date, default=None, metavar="YYYY-MM-DD",
                         help="newest publication on or before this run date (default: the newest)")
     common.add_argument("--version", type=int, default=None, metavar="N",
                         help=f"Delta version of the {MANIFEST_TABLE} manifest to time-travel to: the publications "
