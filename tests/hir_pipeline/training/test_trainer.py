@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import pickle
 
 import numpy as np
 import pytest
@@ -65,6 +66,27 @@ def test_resume_after_crash_equals_straight_training(toy, tmp_path):
             assert torch.equal(a[key], b[key]), f"{name}.{key} differs after resume"
     for lvl in range(MODEL.num_levels):
         assert torch.equal(straight.loss_fn.center(lvl), resumed.loss_fn.center(lvl))
+
+
+class _Payload:
+    """Unpickling this runs ``Path.touch`` on a file: what a tampered checkpoint could make ``torch.load`` do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (type(self.marker).touch, (self.marker,))
+
+
+def test_a_checkpoint_holding_code_is_refused_not_run(toy, tmp_path):
+    marker, checkpoints = tmp_path / "code-ran", tmp_path / "ckpt"
+    checkpoints.mkdir()
+    torch.save({"epoch": 1, "payload": _Payload(marker)}, checkpoints / "epoch_0000.pt")
+    trainer = Trainer(MODEL, _train_cfg(checkpoints), toy.features, toy.broad_views, toy.narrow_views,
+                      toy.engagement)
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        trainer.maybe_resume()
+    assert not marker.exists(), "torch.load ran the checkpoint's code"
 
 
 def test_loss_decreases_on_planted_structure(toy):
