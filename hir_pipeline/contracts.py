@@ -197,8 +197,88 @@ def manifest_version_column(table: str) -> str:
     return f"{table}_version"
 
 
+
+
+# --- Published table schemas (what downstream teams read; shown in the Dagster UI as each asset's columns) ------
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    """One column of a published table.
+
+    Args:
+        name: column name.
+        ddl: Spark SQL type, as written.
+        description: what the column holds, for the readers of the table.
+    """
+
+    name: str
+    ddl: str
+    description: str
+
+
+_MODEL_VERSION = OutputColumn("model_version", "string", "Registered MLflow model version that produced the row.")
+_RUN_DATE = OutputColumn("run_date", "date", "Run date (partition): the day the publication describes.")
+_LEVEL = OutputColumn("level", "int", "Hierarchy level, 0 = coarsest.")
+
+#: Columns of every published table and of the manifest, in written order.
+OUTPUT_SCHEMAS: dict[str, tuple[OutputColumn, ...]] = {
+    "node_embeddings": (
+        OutputColumn("entity_id", "string", "Entity (user, ad, campaign, advertiser, product) ID."),
+        OutputColumn("entity_type", "string", "Entity type."),
+        OutputColumn("embedding", "array<float>",
+                     "L2-normalised embedding; one space for every type, score pairs by dot product."),
+        OutputColumn("has_view", "boolean", "False when the entity had no neighbours and was embedded from its own "
+                     "features only."),
+        _MODEL_VERSION, _RUN_DATE,
+    ),
+    "cluster_assignments": (
+        OutputColumn("entity_id", "string", "Entity ID."),
+        OutputColumn("entity_type", "string", "Entity type."),
+        _LEVEL,
+        OutputColumn("cluster_id", "int", "Published cluster ID, stable across model versions that find the same "
+                     "cluster."),
+        OutputColumn("confidence", "float", "Probability of the entity's top cluster at this level."),
+        _MODEL_VERSION, _RUN_DATE,
+    ),
+    "interest_supergraph": (
+        _LEVEL,
+        OutputColumn("src_cluster", "int", "Published cluster ID of the edges' source members."),
+        OutputColumn("dst_cluster", "int", "Published cluster ID of the edges' destination members."),
+        OutputColumn("weight", "double", "Summed weight of the graph edges between members of the two clusters."),
+        OutputColumn("n_edges", "bigint", "Number of those graph edges."),
+        _MODEL_VERSION, _RUN_DATE,
+    ),
+    "cluster_profiles": (
+        _LEVEL,
+        OutputColumn("cluster_id", "int", "Published cluster ID."),
+        OutputColumn("parent_cluster_id", "int", "Cluster of the level above that this one belongs to (null at "
+                     "level 0)."),
+        OutputColumn("size", "bigint", "Members at this level."),
+        OutputColumn("label", "string", "Readable label from the members' most distinctive (TF-IDF) terms."),
+        OutputColumn("top_members", "array<string>", "Most confident content members, best first."),
+        OutputColumn("label_terms", "array<string>", "The terms the label is made of."),
+        OutputColumn("size_by_type", "map<string,bigint>", "Members per entity type."),
+        OutputColumn("prototype", "array<float>", "The cluster's prototype vector (model projection space)."),
+        OutputColumn("match", "string", "How the ID was kept from the previous publication (overlap, prototype) or "
+                     "minted (fresh)."),
+        _MODEL_VERSION, _RUN_DATE,
+    ),
+    MANIFEST_TABLE: (
+        _RUN_DATE,
+        OutputColumn("model_version", "string", "The published model version."),
+        *(OutputColumn(manifest_version_column(t), "bigint", f"Delta version of {t} that holds this publication's "
+                       "rows (read it with time travel).") for t in OUTPUT_TABLES),
+        OutputColumn("published_at", "timestamp", "UTC wall clock of the write; metadata only."),
+    ),
+}
+
+
+def output_ddl(table: str) -> str:
+    """Spark DDL of a published table or the manifest (:data:`OUTPUT_SCHEMAS`)."""
+    return ", ".join(f"{c.name} {c.ddl}" for c in OUTPUT_SCHEMAS[table])
+
+
 #: run_date date, model_version string, node_embeddings_version bigint, cluster_assignments_version bigint,
 #: interest_supergraph_version bigint, cluster_profiles_version bigint, published_at timestamp
-PUBLICATIONS_DDL = ", ".join(["run_date date", "model_version string",
-                              *(f"{manifest_version_column(t)} bigint" for t in OUTPUT_TABLES),
-                              "published_at timestamp"])
+PUBLICATIONS_DDL = output_ddl(MANIFEST_TABLE)

@@ -20,14 +20,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
+from hir_pipeline.contracts import CONTENT_ENTITY_TYPES, OUTPUT_SCHEMAS
 from hir_pipeline.publish.labels import MIN_TERM_LENGTH, SPLIT_PATTERN, STOPWORDS, TERM_PATTERN, make_label, tfidf_terms
 from hir_pipeline.publish.stable_ids import MatchConfig, StableHierarchy
 from spark_jobs.publish.matching import ClusterIds, stable_mapping
 
 #: Column order of `cluster_profiles` (the contract's key columns first, extras after).
-PROFILE_COLUMNS = ("level", "cluster_id", "parent_cluster_id", "size", "label", "top_members", "label_terms",
-                   "size_by_type", "prototype", "match", "model_version", "run_date")
+PROFILE_COLUMNS = tuple(c.name for c in OUTPUT_SCHEMAS["cluster_profiles"])
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from assets import ASSET_MODULES
-from hir_pipeline.contracts import OUTPUT_TABLES
+from hir_pipeline.contracts import MANIFEST_TABLE, OUTPUT_TABLES, output_ddl
 from resources import GraphSettingsResource, ModelSettingsResource
 from spark_jobs.delta_io import read_table
 from tests.assets.conftest import RUN_DATE, ingestion_run_config, make_resources
@@ -101,6 +101,9 @@ def test_output_contract_tables(spark, pipeline):
     assert assign["confidence"].between(0, 1).all()
     assert emb["model_version"].nunique() == 1
     assert set(assign["model_version"]) == set(emb["model_version"])
+    for table in (*OUTPUT_TABLES, MANIFEST_TABLE):  # exactly the published schema the UI and docs show
+        written = read_table(spark, lake.path(table)).schema.simpleString()
+        assert written == spark.createDataFrame([], output_ddl(table)).schema.simpleString(), table
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
+from hir_pipeline.contracts import output_ddl
 from spark_jobs.publish import (
     MixedModelVersions,
     PublishInputs,
@@ -87,6 +88,8 @@ def test_first_publication(spark, catalog):
     t = _collect(pub)
     n = len(ITEMS) + len(USERS)
     assert pub.model_version == "1" and pub.previous_run_date is None
+    for name, df in pub.tables.items():  # the published schema (contracts.OUTPUT_SCHEMAS), column for column
+        assert df.schema.simpleString() == spark.createDataFrame([], output_ddl(name)).schema.simpleString(), name
     assert len(t["node_embeddings"]) == n
     assert len(t["cluster_assignments"]) == 2 * n
     assert {r.run_date for rows in t.values() for r in rows} == {DAY1}
