@@ -38,6 +38,7 @@ from pyspark.sql import SparkSession
 from assets.evaluation_tracking import move_champion, publish_refusal
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_stages
+from hir_pipeline.contracts import OUTPUT_SCHEMAS
 from hir_pipeline.publish.pictures import ClusterNode, embedding_map_png, hierarchy_sunburst_png
 from resources import LakeResource, MLflowResource, SparkResource
 from resources.config_schema import config_class
@@ -69,6 +70,11 @@ DESCRIPTIONS = {
     MANIFEST_TABLE: "One row per published run date, written last: model version and the Delta version of each of "
                     "the four tables (readers resolve a publication through it).",
 }
+
+
+def column_schema(table: str) -> dg.TableSchema:
+    """The published table's columns (:data:`hir_pipeline.contracts.OUTPUT_SCHEMAS`), shown in the UI's catalog."""
+    return dg.TableSchema(columns=[dg.TableColumn(c.name, c.ddl, c.description) for c in OUTPUT_SCHEMAS[table]])
 
 
 class PublishConfig(config_class(PublishSettings, name="PublishFields")):
@@ -198,7 +204,8 @@ def log_publication(
 
 @dg.multi_asset(
     name="publish_tables",
-    specs=[dg.AssetSpec(t, group_name=GROUP, deps=UPSTREAM, description=DESCRIPTIONS[t])
+    specs=[dg.AssetSpec(t, group_name=GROUP, deps=UPSTREAM, description=DESCRIPTIONS[t],
+                        metadata={"dagster/column_schema": column_schema(t)})
            for t in (*WRITE_ORDER, MANIFEST_TABLE)],
     partitions_def=daily_partitions,
     compute_kind="spark",

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from assets.publish import DESCRIPTIONS
+from hir_pipeline.contracts import OUTPUT_SCHEMAS
 from tests.operations.conftest import RUN_DATE
 from tests.operations.services import (
     REPO,
@@ -192,6 +194,13 @@ def test_asset_graph_renders_every_group_asset_check_and_partitions(dagster_dev,
         page.wait_text(["great_expectations_suite", "This is a blocking asset check."], 120, "checks of events")
         page.goto(f"{dagster_dev.url}/assets/quarantine?view=checks")
         page.wait_text(["accepted_plus_quarantined_equals_read"], 120, "checks of quarantine")
+
+        # Each published table's columns, with their types and descriptions, before anything was materialized.
+        for table, columns in OUTPUT_SCHEMAS.items():
+            page.goto(f"{dagster_dev.url}/assets/{table}")
+            page.wait_text([DESCRIPTIONS[table], *(c.name for c in columns), *{c.description for c in columns}], 120,
+                           f"columns of {table}")
+        page.screenshot(tmp_path / "ui-published-columns.png")
         page.goto(f"{dagster_dev.url}/assets/events?view=partitions")
         text = page.wait_text(["Missing", daily_partitions.get_last_partition_key()], 120, "partitions of events")
         assert re.search(r"[\d,]+ Partitions Selected", text), text[:2000]
