@@ -4,6 +4,6 @@ Each module holds the assets and asset checks of one group; :data:`ASSET_MODULES
 definitions load, in pipeline order.
 """
 
-from assets import content_embeddings, evaluation, graph, ingestion, model, publish
+from assets import content_embeddings, evaluation, graph, ingestion, maintenance, model, publish
 
-ASSET_MODULES = [ingestion, graph, content_embeddings, model, publish, evaluation]
+ASSET_MODULES = [ingestion, graph, content_embeddings, model, publish, evaluation, maintenance]

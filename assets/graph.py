@@ -10,7 +10,8 @@ replaces exactly the ``run_date = D`` partition, so re-running D never duplicate
 Why keep old dates: the model of date D reads exactly D's graph, and the nightly increment of the views diffs D
 against the previous snapshot. Old snapshots are deterministic functions of the bronze tables and the graph
 settings, so they may be deleted to save space (a metadata-only Delta ``DELETE WHERE run_date < ...``) and rebuilt
-by re-running their date.
+by re-running their date: the weekly ``lake_maintenance`` (:mod:`assets.maintenance`) keeps the newest
+``keep_graph_run_dates`` only.
 
 Edges and nodes are rebuilt in full every run: one more day of decay changes every activity weight anyway, and
 both are one aggregation over the events. The views are the expensive part; see :func:`graph_views` for the

@@ -26,6 +26,11 @@ from resources import (
 )
 
 NIGHTLY_JOB = "hir_nightly"
+#: Delta housekeeping (``assets/maintenance.py``): its own job and weekly schedule, never part of the nightly job.
+MAINTENANCE_JOB = "hir_maintenance"
+MAINTENANCE_GROUP = "maintenance"
+#: Sundays 04:00 UTC: after the night's 02:00 run has usually finished, once a week (compaction is rarely urgent).
+MAINTENANCE_CRON = "0 4 * * 0"
 #: Longest a nightly run may take, in seconds, unless ``HIR_NIGHTLY_MAX_RUNTIME_S`` says otherwise (0: no limit). Run
 #: monitoring fails a run that takes longer and ``run_retries`` retries it once: a run and its retry fit in the day
 #: before the next night's run.
@@ -81,18 +86,27 @@ def build_definitions(lake_root: str | None = None, source: str | None = None) -
     assets = with_upstream_refresh(dg.load_assets_from_modules(ASSET_MODULES))
     checks = dg.load_asset_checks_from_modules(ASSET_MODULES)
     # Its partitions (daily run dates) come from the selected assets; the schedule resolves them with the job.
+    maintenance_assets = dg.AssetSelection.groups(MAINTENANCE_GROUP)
     nightly = dg.define_asset_job(
         NIGHTLY_JOB,
-        selection=dg.AssetSelection.all(),
+        selection=dg.AssetSelection.all() - maintenance_assets,
         description="Ingest the day's activity, rebuild graph and embeddings, retrain, publish, evaluate.",
     )
     schedule = dg.build_schedule_from_partitioned_job(nightly, hour_of_day=2, minute_of_hour=0,
                                                       tags=nightly_run_tags())
+    maintenance = dg.define_asset_job(
+        MAINTENANCE_JOB,
+        selection=maintenance_assets,
+        description="Delta housekeeping: retention matching the time-travel window, old graph snapshots pruned, "
+                    "OPTIMIZE, VACUUM.",
+    )
+    maintenance_schedule = dg.ScheduleDefinition(job=maintenance, cron_schedule=MAINTENANCE_CRON,
+                                                  execution_timezone="UTC")
     return dg.Definitions(
         assets=assets,
         asset_checks=checks,
-        jobs=[nightly],
-        schedules=[schedule],
+        jobs=[nightly, maintenance],
+        schedules=[schedule, maintenance_schedule],
         sensors=[upstream_refresh_sensor],
         resources=default_resources(lake_root, source),
         executor=dg.in_process_executor,

@@ -7,6 +7,7 @@
 * :func:`upsert` — catalog tables (entities, relations) are merged by key, so a nightly source that
   holds only part of the catalog adds to it instead of erasing it.
 * :func:`roll_back` — a write whose checks failed is undone in one commit (write-audit-publish).
+* :func:`delete_run_dates` — old run-date snapshots are deleted in one labelled commit (housekeeping).
 Every write is one Delta commit: a run killed mid-write leaves the previous version readable. A write that loses a
 commit race to a concurrent writer (another run, a backfill, a second ``hir`` process) is retried from the start
 against the new table version (:class:`WriteRetry`); any other error is raised at once.
@@ -228,6 +229,8 @@ def run_date_metadata(spark: SparkSession, path: str, day: dt.date) -> dict | No
         if not isinstance(meta, dict) or row["version"] in undone:
             continue
         undone.update(meta.get(ROLLED_BACK, ()))
+        if str(day) in meta.get(PRUNED, ()):  # deleted by :func:`delete_run_dates` after any write of it
+            return None
         if meta.get(RUN_DATE) == str(day):
             return meta
     return None
@@ -235,8 +238,46 @@ def run_date_metadata(spark: SparkSession, path: str, day: dt.date) -> dict | No
 
 #: ``userMetadata`` key of a :func:`roll_back` commit: the versions it undid.
 ROLLED_BACK = "rolled_back"
+#: ``userMetadata`` key of a :func:`delete_run_dates` commit: the run dates it deleted.
+PRUNED = "pruned_run_dates"
 #: Spark conf Delta records as the next commit's ``userMetadata`` (the only way to label RESTORE and DELETE).
 _COMMIT_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+def _labelled(spark: SparkSession, meta: Mapping[str, Any], action: Callable[[], T]) -> T:
+    """Run ``action`` (one Delta command) with ``meta`` recorded as its commit's ``userMetadata``."""
+    previous = spark.conf.get(_COMMIT_METADATA_CONF, None)
+    spark.conf.set(_COMMIT_METADATA_CONF, json.dumps(dict(meta), sort_keys=True))
+    try:
+        return action()
+    finally:
+        if previous is None:
+            spark.conf.unset(_COMMIT_METADATA_CONF)
+        else:
+            spark.conf.set(_COMMIT_METADATA_CONF, previous)
+
+
+def delete_run_dates(spark: SparkSession, path: str, days: Sequence[dt.date], *,
+                     retry: WriteRetry | None = None) -> None:
+    """Delete the ``run_date`` snapshots ``days`` of the table at ``path``, in one labelled Delta commit.
+
+    On a table partitioned by ``run_date`` the delete only drops files from the log (no data is rewritten); the
+    files stay readable by time travel until VACUUM removes them. The commit records ``{"pruned_run_dates":
+    [days]}``, so :func:`run_date_metadata` no longer finds them (a deleted date reads as never written, not as
+    written empty) until a later write of the date.
+
+    Args:
+        spark: the session.
+        path: the table (run-date partitioned).
+        days: the run dates deleted; nothing happens when empty.
+        retry: as in :func:`replace_where`; default :meth:`WriteRetry.from_conf` of ``spark``.
+    """
+    if not days:
+        return
+    dates = sorted({str(d) for d in days})
+    predicate = F.col(RUN_DATE).isin([dt.date.fromisoformat(d) for d in dates])
+    retry_on_conflict(lambda: _labelled(spark, {PRUNED: dates}, lambda: DeltaTable.forPath(spark, path)
+                                        .delete(predicate)), path, retry or WriteRetry.from_conf(spark))
 
 
 class WrittenSince(RuntimeError):
@@ -268,19 +309,8 @@ def roll_back(spark: SparkSession, path: str, before: int | None, written: int) 
         raise WrittenSince(f"{path}: version {current} was committed after version {written}, which was to be "
                            f"rolled back; nothing was rolled back")
     undone = list(range(0 if before is None else before + 1, written + 1))
-    previous = spark.conf.get(_COMMIT_METADATA_CONF, None)
-    spark.conf.set(_COMMIT_METADATA_CONF, json.dumps({ROLLED_BACK: undone}))
-    try:
-        table = DeltaTable.forPath(spark, path)
-        if before is None:
-            table.delete()
-        else:
-            table.restoreToVersion(before)
-    finally:
-        if previous is None:
-            spark.conf.unset(_COMMIT_METADATA_CONF)
-        else:
-            spark.conf.set(_COMMIT_METADATA_CONF, previous)
+    table = DeltaTable.forPath(spark, path)
+    _labelled(spark, {ROLLED_BACK: undone}, table.delete if before is None else lambda: table.restoreToVersion(before))
     return latest_version(spark, path)
 
 

@@ -1,4 +1,5 @@
-"""The code location loads, with every group, the nightly job and its schedule; the CPU sample config is valid."""
+"""The code location loads, with every group, the nightly job and its schedule, the weekly maintenance job and its
+schedule; the CPU sample config is valid."""
 
 from __future__ import annotations
 
@@ -39,6 +40,21 @@ def test_nightly_schedule_runs_yesterdays_partition():
     with dg.build_schedule_context(scheduled_execution_time=tick) as context:
         requests = schedule.evaluate_tick(context).run_requests
     assert [r.partition_key for r in requests] == ["2026-12-02"]
+
+
+def test_maintenance_runs_weekly_on_its_own_and_not_in_the_nightly_job():
+    from hir_pipeline.definitions import MAINTENANCE_GROUP, MAINTENANCE_JOB
+
+    graph = defs.resolve_asset_graph()
+    housekeeping = {k for k in graph.get_all_asset_keys() if graph.get(k).group_name == MAINTENANCE_GROUP}
+    assert housekeeping == {dg.AssetKey("lake_maintenance")}
+    nightly = defs.resolve_job_def(NIGHTLY_JOB).asset_layer.executable_asset_keys
+    assert not nightly & housekeeping and nightly | housekeeping == set(graph.get_all_asset_keys())
+    schedule = defs.resolve_schedule_def(f"{MAINTENANCE_JOB}_schedule")
+    tick = dt.datetime(2026, 12, 6, 4, 0, tzinfo=dt.UTC)  # a Sunday
+    with dg.build_schedule_context(scheduled_execution_time=tick) as context:
+        [request] = schedule.evaluate_tick(context).run_requests
+    assert request.partition_key is None and schedule.cron_schedule == "0 4 * * 0"
 
 
 def _nightly_tags(**env: str) -> dict[str, str]:

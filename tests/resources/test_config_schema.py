@@ -15,10 +15,11 @@ import pytest
 from assets.content_embeddings import ContentEmbeddingConfig
 from assets.evaluation import EvaluationConfig
 from assets.ingestion import IngestionConfig
+from assets.maintenance import MaintenanceConfig
 from assets.model import TrainingConfig
 from assets.publish import PublishConfig
 from hir_pipeline.content_embeddings.config import EmbeddingConfig, FusionConfig
-from hir_pipeline.definitions import NIGHTLY_JOB, defs
+from hir_pipeline.definitions import MAINTENANCE_JOB, NIGHTLY_JOB, defs
 from hir_pipeline.evaluation.baselines import ALSConfig, LightGCNConfig
 from hir_pipeline.evaluation.runner import EvaluationSettings
 from hir_pipeline.model.config import ModelConfig, TrainConfig
@@ -30,6 +31,7 @@ from spark_jobs.evaluation.split import SplitConfig
 from spark_jobs.graph import GraphConfig
 from spark_jobs.ingestion.labels import IngestConfig
 from spark_jobs.ingestion.sources.spec import SourceSpec
+from spark_jobs.maintenance import MaintenanceSettings
 from spark_jobs.publish import PublishSettings
 
 #: Every core dataclass behind a Dagster config class: (Dagster class, path of the section holding it, the dataclass,
@@ -50,6 +52,7 @@ DERIVED = [
     (IngestionConfig, (), IngestConfig, set()),
     (SourceResource, (), SourceSpec, set()),
     (TrainingConfig, ("output_checks",), OutputCheckConfig, set()),
+    (MaintenanceConfig, (), MaintenanceSettings, set()),
 ]
 #: Dagster config classes with no core settings of their own (run behaviour only).
 RUN_BEHAVIOUR_ONLY: set[type] = set()
@@ -113,15 +116,15 @@ def _derived_sections(cls: type, path: tuple[str, ...] = ()) -> set[tuple[type, 
 
 
 def test_the_table_above_covers_every_config_class_of_the_pipeline():
-    """Every op config and resource of the nightly job is either listed in :data:`DERIVED` (with every core
-    dataclass it holds) or run behaviour only, so the test above checks every derived config class."""
-    job = defs.resolve_job_def(NIGHTLY_JOB)
+    """Every op config and resource of the nightly and maintenance jobs is either listed in :data:`DERIVED` (with
+    every core dataclass it holds) or run behaviour only, so the test above checks every derived config class."""
     classes = {type(r) for r in defs.resources.values() if isinstance(r, dg.ConfigurableResource)}
-    for node in job.graph.node_dict.values():
-        fn = node.definition.compute_fn.decorated_fn
-        config = inspect.signature(fn).parameters.get("config")
-        if config is not None:
-            classes.add(config.annotation)
+    for job in (defs.resolve_job_def(NIGHTLY_JOB), defs.resolve_job_def(MAINTENANCE_JOB)):
+        for node in job.graph.node_dict.values():
+            fn = node.definition.compute_fn.decorated_fn
+            config = inspect.signature(fn).parameters.get("config")
+            if config is not None:
+                classes.add(config.annotation)
     listed = {d for d, _, _, _ in DERIVED}
     for cls in classes:
         sections = _derived_sections(cls)
