@@ -9,15 +9,39 @@ from pathlib import Path
 import pytest
 
 from hir_pipeline.settings import cache_dir
+from tests.shuffle_order import SHUFFLE_ENV, shuffle_seed, shuffled
 
 #: Measured seconds per test file (scripts/update_test_durations.py); files not listed count as this.
 DURATIONS = Path(__file__).with_name("durations.json")
 UNKNOWN_FILE_SECONDS = 30.0
 
 
+def pytest_addoption(parser):
+    parser.addoption("--shuffle-seed", type=int, default=None, metavar="N",
+                     help=f"run modules, and the tests inside each, in an order drawn from seed N (or {SHUFFLE_ENV}); "
+                          "each module's tests stay together. Replays exactly with -n 0.")
+
+
+def _seed(config) -> int | None:
+    return shuffle_seed(config.getoption("shuffle_seed"))
+
+
+def pytest_report_header(config) -> str:
+    seed = _seed(config)
+    if seed is None:
+        return f"test order: longest files first (shuffle with --shuffle-seed N or {SHUFFLE_ENV}=N)"
+    return f"test order: shuffled, seed {seed} (replay: --shuffle-seed {seed} -n 0)"
+
+
 def pytest_collection_modifyitems(config, items):
     """Longest test files first (stable otherwise), so the two xdist workers (``--dist loadfile
-    --no-loadscope-reorder`` in scripts/test.sh) do not end with one of them running a 2-minute file alone."""
+    --no-loadscope-reorder`` in scripts/test.sh) do not end with one of them running a 2-minute file alone.
+
+    With a shuffle seed, a seeded order instead (tests/shuffle_order.py), to catch tests that depend on others."""
+    seed = _seed(config)
+    if seed is not None:
+        items[:] = shuffled(items, seed, nodeid=lambda item: item.nodeid)
+        return
     seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     root = Path(str(config.rootpath))
 
