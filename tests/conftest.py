@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,12 @@ def spark(tmp_path_factory):
     from spark_jobs.session import build_spark_session, ensure_delta_jars
 
     warehouse = tmp_path_factory.mktemp("warehouse")
+    # Python workers (the ``mapInPandas`` of graph views, graph checks, content embeddings) must run this
+    # interpreter, which has numpy: PySpark reads PYSPARK_PYTHON once, when the SparkContext starts, so it is set
+    # here, for the session, rather than by whichever test module happens to be imported (a module run alone, or
+    # first, would otherwise get the system ``python3``).
+    env = pytest.MonkeyPatch()
+    env.setenv("PYSPARK_PYTHON", sys.executable)
     session = build_spark_session(
         jars=ensure_delta_jars(cache_dir()),
         master=os.environ.get("HIR_TEST_SPARK_MASTER", "local[2]"),
@@ -75,3 +82,4 @@ def spark(tmp_path_factory):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    env.undo()
