@@ -4,20 +4,45 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from hir_pipeline.settings import cache_dir
+from tests.shuffle_order import SHUFFLE_ENV, shuffle_seed, shuffled
 
 #: Measured seconds per test file (scripts/update_test_durations.py); files not listed count as this.
 DURATIONS = Path(__file__).with_name("durations.json")
 UNKNOWN_FILE_SECONDS = 30.0
 
 
+def pytest_addoption(parser):
+    parser.addoption("--shuffle-seed", type=int, default=None, metavar="N",
+                     help=f"run modules, and the tests inside each, in an order drawn from seed N (or {SHUFFLE_ENV}); "
+                          "each module's tests stay together. Replays exactly with -n 0.")
+
+
+def _seed(config) -> int | None:
+    return shuffle_seed(config.getoption("shuffle_seed"))
+
+
+def pytest_report_header(config) -> str:
+    seed = _seed(config)
+    if seed is None:
+        return f"test order: longest files first (shuffle with --shuffle-seed N or {SHUFFLE_ENV}=N)"
+    return f"test order: shuffled, seed {seed} (replay: --shuffle-seed {seed} -n 0)"
+
+
 def pytest_collection_modifyitems(config, items):
     """Longest test files first (stable otherwise), so the two xdist workers (``--dist loadfile
-    --no-loadscope-reorder`` in scripts/test.sh) do not end with one of them running a 2-minute file alone."""
+    --no-loadscope-reorder`` in scripts/test.sh) do not end with one of them running a 2-minute file alone.
+
+    With a shuffle seed, a seeded order instead (tests/shuffle_order.py), to catch tests that depend on others."""
+    seed = _seed(config)
+    if seed is not None:
+        items[:] = shuffled(items, seed, nodeid=lambda item: item.nodeid)
+        return
     seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     root = Path(str(config.rootpath))
 
@@ -34,6 +59,12 @@ def spark(tmp_path_factory):
     from spark_jobs.session import build_spark_session, ensure_delta_jars
 
     warehouse = tmp_path_factory.mktemp("warehouse")
+    # Python workers (the ``mapInPandas`` of graph views, graph checks, content embeddings) must run this
+    # interpreter, which has numpy: PySpark reads PYSPARK_PYTHON once, when the SparkContext starts, so it is set
+    # here, for the session, rather than by whichever test module happens to be imported (a module run alone, or
+    # first, would otherwise get the system ``python3``).
+    env = pytest.MonkeyPatch()
+    env.setenv("PYSPARK_PYTHON", sys.executable)
     session = build_spark_session(
         jars=ensure_delta_jars(cache_dir()),
         master=os.environ.get("HIR_TEST_SPARK_MASTER", "local[2]"),
@@ -51,3 +82,4 @@ def spark(tmp_path_factory):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    env.undo()

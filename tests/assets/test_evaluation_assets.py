@@ -11,25 +11,21 @@ import datetime as dt
 import math
 import os
 import shutil
-import sys
 
 import dagster as dg
 import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
-# build_views runs a pandas UDF: Python workers must run this interpreter (numpy); read at SparkContext start.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-
-from assets.evaluation import GATE_CHECK, EvaluationConfig, evaluation_report, gate_check, hir_configs  # noqa: E402
-from assets.evaluation_tracking import CHAMPION_ALIAS, metric_name  # noqa: E402
-from assets.model_tracking import TAG_MODEL_VERSION, TAG_RUN_DATE  # noqa: E402
-from hir_pipeline.contracts import CONTENT_ENTITY_TYPES  # noqa: E402
-from hir_pipeline.model.config import ModelConfig, TrainConfig  # noqa: E402
-from resources import GraphSettingsResource, ModelSettingsResource  # noqa: E402
-from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
-from spark_jobs.delta_io import read_table  # noqa: E402
-from tests.assets.conftest import RUN_DATE, make_resources  # noqa: E402
+from assets.evaluation import GATE_CHECK, EvaluationConfig, evaluation_report, gate_check, hir_configs
+from assets.evaluation_tracking import CHAMPION_ALIAS, metric_name
+from assets.model_tracking import TAG_MODEL_VERSION, TAG_RUN_DATE
+from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
+from hir_pipeline.model.config import ModelConfig, TrainConfig
+from resources import GraphSettingsResource, ModelSettingsResource
+from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL
+from spark_jobs.delta_io import read_table
+from tests.assets.conftest import RUN_DATE, make_resources
 
 DAY = dt.date.fromisoformat(RUN_DATE)
 #: The training graph's settings: the graph_settings resource the graph assets share.

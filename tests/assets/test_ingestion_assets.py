@@ -15,6 +15,18 @@ from spark_jobs.delta_io import latest_version, read_table
 from tests.assets.conftest import RUN_DATE, ingestion_run_config
 
 
+@pytest.fixture
+def own_lake(spark, ingested_lake, tmp_path) -> dict:
+    """A private copy of the session's ``ingested_lake`` for a test that writes: the shared lake is never changed,
+    so the tests reading it see the same Delta versions in any order (Delta logs hold relative paths)."""
+    import shutil
+
+    from tests.assets.conftest import make_resources
+
+    shutil.copytree(ingested_lake["lake"].root, tmp_path / "lake")
+    return make_resources(spark, tmp_path / "lake", ingested_lake["source"].location, tmp_path / "mlflow")
+
+
 def _counts(spark, resources) -> dict[str, int]:
     lake = resources["lake"]
     return {t: read_table(spark, lake.path(t)).count() for t in ("entities", "relations", "events", "quarantine")}
@@ -29,16 +41,16 @@ def test_backfill_writes_every_bronze_table_and_accounting_passes(spark, ingeste
 
 
 @pytest.mark.slow
-def test_rerun_of_a_partition_replaces_it_and_check_passes(spark, ingested_lake):
-    before = _counts(spark, ingested_lake)
-    version_before = latest_version(spark, ingested_lake["lake"].path("events"))
-    result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=ingested_lake,
+def test_rerun_of_a_partition_replaces_it_and_check_passes(spark, own_lake):
+    before = _counts(spark, own_lake)
+    version_before = latest_version(spark, own_lake["lake"].path("events"))
+    result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=own_lake,
                             run_config=ingestion_run_config("all"))
     assert result.success
     checks = {(e.asset_key.path[-1], e.check_name): e.passed for e in result.get_asset_check_evaluations()}
     assert checks[("quarantine", ACCOUNTING_CHECK)] and all(checks.values())
-    assert _counts(spark, ingested_lake) == before
-    assert latest_version(spark, ingested_lake["lake"].path("events")) > version_before
+    assert _counts(spark, own_lake) == before
+    assert latest_version(spark, own_lake["lake"].path("events")) > version_before
 
 
 @pytest.mark.slow
@@ -130,19 +142,19 @@ def test_rerunning_an_old_date_never_replaces_a_newer_catalog_row(spark, tiny_so
 
 
 @pytest.mark.slow
-def test_run_log_names_run_date_rows_and_delta_versions_and_reports_progress(spark, ingested_lake):
+def test_run_log_names_run_date_rows_and_delta_versions_and_reports_progress(spark, own_lake):
     """The run's own event log (not the metadata alone) names, per table, the run date, the rows written and the
     Delta version written, and each Spark step ends with its Spark jobs (a line that never depends on a stage being
     caught running at a poll)."""
     instance = dg.DagsterInstance.ephemeral()
-    result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=ingested_lake,
+    result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=own_lake,
                             run_config=ingestion_run_config("day"), instance=instance)
     assert result.success
     messages = [e.user_message for e in instance.all_logs(result.run_id)
                 if e.step_key == "bronze_tables" and e.user_message]
     materialized = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("bronze_tables")}
     for table in ("entities", "relations", "events", "quarantine"):
-        version = latest_version(spark, ingested_lake["lake"].path(table))
+        version = latest_version(spark, own_lake["lake"].path(table))
         rows = materialized[table]["dagster/row_count"].value
         lines = [m for m in messages if m.startswith(f"{table} for run date {RUN_DATE}: ")]
         assert len(lines) == 1, (table, messages)
@@ -155,8 +167,8 @@ def test_run_log_names_run_date_rows_and_delta_versions_and_reports_progress(spa
 
 
 @pytest.mark.slow
-def test_great_expectations_suites_run_as_blocking_checks(spark, ingested_lake):
-    result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=ingested_lake,
+def test_great_expectations_suites_run_as_blocking_checks(spark, own_lake):
+    result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=own_lake,
                             run_config=ingestion_run_config("day"))
     evaluations = {(e.asset_key.path[-1], e.check_name): e for e in result.get_asset_check_evaluations()}
     for table in ("entities", "relations", "events"):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-import sys
 
 import dagster as dg
 import numpy as np
@@ -14,16 +13,13 @@ import pydantic
 import pytest
 from pyspark.sql import functions as F
 
-# build_views runs a pandas UDF: Python workers must run this interpreter (numpy); read at SparkContext start.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-
-from assets.model import checkpoint_dir, interest_model  # noqa: E402
-from hir_pipeline.contracts import CONTENT_ENTITY_TYPES, MODEL_HIERARCHY_DDL, MODEL_OUTPUTS_DDL  # noqa: E402
-from resources import GraphSettingsResource, ModelSettingsResource  # noqa: E402
-from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
-from spark_jobs.delta_io import read_table, replace_run_date  # noqa: E402
-from spark_jobs.graph import build_edges, build_nodes, build_views  # noqa: E402
-from tests.assets.conftest import RUN_DATE, make_resources  # noqa: E402
+from assets.model import checkpoint_dir, interest_model
+from hir_pipeline.contracts import CONTENT_ENTITY_TYPES, MODEL_HIERARCHY_DDL, MODEL_OUTPUTS_DDL
+from resources import GraphSettingsResource, ModelSettingsResource
+from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL
+from spark_jobs.delta_io import read_table, replace_run_date
+from spark_jobs.graph import build_edges, build_nodes, build_views
+from tests.assets.conftest import RUN_DATE, make_resources
 
 DAY = dt.date.fromisoformat(RUN_DATE)
 #: max_dist 3, not the default 4: the model's follows it.

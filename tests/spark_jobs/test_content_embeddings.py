@@ -6,8 +6,6 @@ The embedding runs (Python workers loading the models) are slow; the content has
 from __future__ import annotations
 
 import datetime as dt
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -17,12 +15,8 @@ from hir_pipeline.content_embeddings.config import EmbeddingConfig
 from hir_pipeline.content_embeddings.content_hash import content_hash, model_identifier
 from hir_pipeline.content_embeddings.embedder import ContentEmbedder
 from hir_pipeline.contracts import source_ddl
+from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL, content_hash_column, embed_content
 from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
-
-# Python workers must run this interpreter (torch, transformers); read when the SparkContext starts.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-
-from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL, content_hash_column, embed_content  # noqa: E402
 
 D1, D2, D3 = dt.date(2024, 5, 1), dt.date(2024, 5, 2), dt.date(2024, 5, 3)
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -17,20 +15,16 @@ from hir_pipeline.contracts import EVENT_DATE_COLUMN, source_ddl
 from hir_pipeline.evaluation.baselines import ALSConfig
 from hir_pipeline.evaluation.data import COLD, WARM, validation_split
 from hir_pipeline.evaluation.runner import EvaluationSettings
-
-# build_views runs a pandas UDF: Python workers must run this interpreter (numpy); read at SparkContext start.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-
-from hir_pipeline.model.config import ModelConfig  # noqa: E402
-from spark_jobs.evaluation.run import (  # noqa: E402
+from hir_pipeline.model.config import ModelConfig
+from spark_jobs.evaluation.run import (
     EvaluationJobConfig,
     evaluate_run,
     held_out_pairs,
     prepare_evaluation,
     prepare_validation,
 )
-from spark_jobs.evaluation.split import SplitConfig  # noqa: E402
-from spark_jobs.graph import GraphConfig  # noqa: E402
+from spark_jobs.evaluation.split import SplitConfig
+from spark_jobs.graph import GraphConfig
 
 RUN = dt.date(2024, 3, 31)
 FUNNEL = ("impression", "click", "add_to_cart", "conversion")

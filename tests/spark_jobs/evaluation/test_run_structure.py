@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import os
-import sys
 
 import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import EVENT_DATE_COLUMN, source_ddl
-
-# build_views runs a pandas UDF: Python workers must run this interpreter (numpy); read at SparkContext start.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-
-from hir_pipeline.model.config import ModelConfig  # noqa: E402
-from spark_jobs.evaluation.run import EvaluationJobConfig, prepare_evaluation  # noqa: E402
-from spark_jobs.evaluation.split import SplitConfig  # noqa: E402
-from spark_jobs.graph import GraphConfig, build_edges, build_nodes  # noqa: E402
-from spark_jobs.graph.fastrp import STRUCTURE_COLUMN  # noqa: E402
+from hir_pipeline.model.config import ModelConfig
+from spark_jobs.evaluation.run import EvaluationJobConfig, prepare_evaluation
+from spark_jobs.evaluation.split import SplitConfig
+from spark_jobs.graph import GraphConfig, build_edges, build_nodes
+from spark_jobs.graph.fastrp import STRUCTURE_COLUMN
 
 RUN = dt.date(2024, 5, 31)
 GRAPH = GraphConfig(broad_fanout=(3,), narrow_fanout=(2,), max_view_nodes=6, max_dist=2, seed=2, structure_dim=8)

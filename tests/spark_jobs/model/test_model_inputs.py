@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
-import sys
 
 import numpy as np
 import pytest
@@ -13,14 +11,10 @@ from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import DEFAULT_FUNNEL, ENTITY_TYPES, EVENT_DATE_COLUMN, source_ddl
 from hir_pipeline.model.batch import pack_views
-
-# build_views runs a pandas UDF: Python workers must run this interpreter (numpy); read at SparkContext start.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-
-from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL  # noqa: E402
-from spark_jobs.graph import GraphConfig, GraphSnapshot, build_edges, build_nodes, build_views  # noqa: E402
-from spark_jobs.graph.fastrp import STRUCTURE_COLUMN  # noqa: E402
-from spark_jobs.model.inputs import default_engagement_weights, load_model_inputs  # noqa: E402
+from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL
+from spark_jobs.graph import GraphConfig, GraphSnapshot, build_edges, build_nodes, build_views
+from spark_jobs.graph.fastrp import STRUCTURE_COLUMN
+from spark_jobs.model.inputs import default_engagement_weights, load_model_inputs
 
 RUN = dt.date(2024, 4, 30)
 CFG = GraphConfig(broad_fanout=(4, 2), narrow_fanout=(3,), max_view_nodes=8, max_dist=3, seed=3)
