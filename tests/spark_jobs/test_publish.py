@@ -122,6 +122,7 @@ def test_first_publication(spark, catalog):
     assert pub.stable.stability() == {0: None, 1: None}
 
 
+@pytest.mark.slow
 def test_permuted_version_keeps_ids_and_new_cluster_gets_fresh_id(spark, catalog, tmp_path):
     entities, edges, _ = catalog
     outputs, hierarchy = _tables(spark, DAY1)

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 PROBE = """
 import json, os, socket, urllib.request
 from hir_pipeline.settings import cache_dir
@@ -28,6 +30,7 @@ print("PROBE" + json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_local_spark_ui_listens_on_loopback_only_without_kill_button():
     env = {k: v for k, v in os.environ.items() if k != "SPARK_LOCAL_IP"}
     proc = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300)

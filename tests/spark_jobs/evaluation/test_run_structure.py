@@ -66,6 +66,7 @@ def prepared_a(source):
     return _structure(entities, relations, ev_a)
 
 
+@pytest.mark.slow
 def test_a_held_out_edge_does_not_move_the_evaluation_structure_embedding(source, prepared_a):
     entities, relations, ev_a, ev_b = source
     in_a, held_a, cold_a = prepared_a
