@@ -204,6 +204,25 @@ class DagsterUI:
     def stop(self) -> None:
         self.service.stop()
 
+    @contextlib.contextmanager
+    def daemon_held(self) -> Iterator[None]:
+        """Freeze ``dagster dev``'s daemon process (SIGSTOP) for the block, then let it go on (SIGCONT).
+
+        Everything the daemon does (dequeuing runs, retrying failed ones, sensors, schedules) waits meanwhile; runs
+        already launched go on, their workers are children of the code server. A test uses it to order its own
+        steps before the daemon's next move instead of racing it.
+        """
+        import psutil
+
+        daemons = [p for p in psutil.Process(self.service.proc.pid).children(recursive=True)
+                   if "dagster._daemon" in " ".join(p.cmdline())]
+        assert len(daemons) == 1, f"expected one dagster daemon process under dagster dev, found {daemons}"
+        daemons[0].send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            daemons[0].send_signal(signal.SIGCONT)
+
 
 RUN_QUERY = """
 query Run($runId: ID!) {
