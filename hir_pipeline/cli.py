@@ -7,6 +7,7 @@ project's Dagster instance (``DAGSTER_HOME``), so every run it makes shows up in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -18,6 +19,7 @@ from typing import NoReturn
 
 from dotenv import dotenv_values
 
+from hir_pipeline.run_console import native_stderr_to
 from hir_pipeline.settings import cache_dir, default_lake_root, project_root, state_dir
 
 log = logging.getLogger("hir")
@@ -163,13 +165,27 @@ def refuse_concurrent_run(instance, partition: str) -> None:
 
 
 def cmd_materialize(args: argparse.Namespace) -> int:
-    """Run the whole asset graph (or ``--select``) for one run date, in-process, through Dagster."""
+    """Run the whole asset graph (or ``--select``) for one run date, in-process, through Dagster.
+
+    The console gets one line per asset step (``-v``: everything); the full log, Spark's console included, goes to a
+    file that the last line names.
+    """
+    dagster_home()
+    read_run_config(args.config)  # a missing or broken file fails before Spark starts
+    log_path = run_log_path("materialize")
+    with contextlib.ExitStack() as stack:
+        # Quiet: Spark's JVM, started inside, and native libraries write their console output into the log file.
+        err = sys.stderr if args.verbose else stack.enter_context(native_stderr_to(log_path))
+        succeeded = _materialize(args, log_path, err)
+    print(f"hir: full log: {log_path}", file=sys.stdout if succeeded else sys.stderr)
+    return 0 if succeeded else 1
+
+
+def _materialize(args: argparse.Namespace, log_path: Path, err) -> bool:
     import dagster as dg
 
     from hir_pipeline.definitions import NIGHTLY_JOB, build_definitions
 
-    dagster_home()
-    read_run_config(args.config)  # a missing or broken file fails before Spark starts
     lake = args.lake or default_lake_root()
     partition, window = _resolve_partition(args.source, args.partition)
     print(f"hir: source={args.source} lake={lake} run date={partition} ingestion window={window}", flush=True)
@@ -182,23 +198,50 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     refuse_concurrent_run(dg.DagsterInstance.get(), partition)
     if _selects_ingestion(job):
         run_config.setdefault("ops", {}).setdefault("bronze_tables", {}).setdefault("config", {})["window"] = window
+    job, run_config = with_run_log(job, run_config, log_path, verbose=args.verbose)
     result = job.execute_in_process(
         partition_key=partition, instance=dg.DagsterInstance.get(), run_config=run_config, raise_on_error=False,
         tags=_process_tags(),
     )
     failed_checks = [e for e in result.get_asset_check_evaluations() if not e.passed]
     for check in failed_checks:
-        print(f"hir: check failed: {check.asset_key.to_user_string()}:{check.check_name}", file=sys.stderr)
+        print(f"hir: check failed: {check.asset_key.to_user_string()}:{check.check_name}", file=err)
     if not result.success:
-        print(f"hir: run {result.run_id} failed; inspect it in the UI "
-              f"({ui_command()})", file=sys.stderr)
-        return 1
+        print(f"hir: run {result.run_id} failed; inspect it in the UI ({ui_command()})", file=err)
+        return False
     print(f"\nhir: run {result.run_id} succeeded for {partition}.")
     print(f"  Delta lake:   {lake}   (tables: node_embeddings, cluster_assignments, interest_supergraph, "
           "cluster_profiles, ...)")
     print(f"  MLflow:       mlflow ui --backend-store-uri {os.environ.get('MLFLOW_TRACKING_URI') or _mlflow_uri()}")
     print(f"  Dagster UI:   {ui_command()}   (then open http://127.0.0.1:3000)")
-    return 0
+    return True
+
+
+def run_log_path(command: str) -> Path:
+    """A new log file of one ``hir`` run: ``<state>/logs/<command>-<UTC time>.log``."""
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    return state_dir() / "logs" / f"{command}-{stamp}.log"
+
+
+def with_run_log(job, run_config: dict, log_path: Path, verbose: bool):
+    """``job`` with the CLI's loggers: every record into ``log_path``, the console lines of
+    :class:`~hir_pipeline.run_console.RunConsole` on standard output, and with ``verbose`` Dagster's own console
+    logger at DEBUG too. Returns the job and the run config (with the console logger's level when verbose)."""
+    import dagster as dg
+
+    from hir_pipeline.run_console import RunConsole, log_file_handler
+
+    run_log = logging.getLogger(f"hir.run.{log_path.stem}")
+    run_log.setLevel(logging.DEBUG)
+    run_log.propagate = False  # not the root logger's handlers: the run log has its own
+    run_log.handlers[:] = [log_file_handler(log_path), RunConsole(sys.stdout)]
+    loggers = {"hir_run_log": dg.LoggerDefinition(lambda _init: run_log,
+                                                  description="hir's console lines and full log file")}
+    chosen: dict = {"hir_run_log": {}}  # Dagster starts only the loggers that the run config names
+    if verbose:
+        loggers["console"] = dg.colored_console_logger
+        chosen["console"] = {"config": {"log_level": "DEBUG"}}
+    return job.with_logger_defs(loggers), {**run_config, "loggers": {**run_config.get("loggers", {}), **chosen}}
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -340,7 +383,10 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="hir", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="everything on the console (Dagster DEBUG events, Spark's console); by default "
+                        "one line per"
+                        " asset step, the rest in the log file the last line names")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 

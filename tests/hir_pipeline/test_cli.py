@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,6 +94,16 @@ def test_materialize_ingestion_backfill_as_of_latest_event(spark, tmp_path):
     assert f"run date={config.end_date}" in proc.stdout and "ingestion window=all" in proc.stdout
     events = spark.read.format("delta").load(str(lake / "events"))
     assert events.count() > 0
+    # A quiet console: one line per step as it starts and ends (rows, Delta version), nothing on stderr; Dagster's
+    # DEBUG events and Spark's console in the log file that the last line names.
+    lines = proc.stdout.strip().splitlines()
+    assert all(line.startswith(("hir:", "  ")) or not line.strip() for line in lines), proc.stdout
+    assert "DEBUG" not in proc.stdout and proc.stderr == "", proc.stderr[-3000:]
+    assert re.search(rf"^hir: bronze_tables done in [\d.]+s: .*events: rows {events.count():,}, Delta version \d+",
+                     proc.stdout, flags=re.M), proc.stdout
+    assert lines[-1].startswith("hir: full log: ")
+    logged = Path(lines[-1].removeprefix("hir: full log: ")).read_text()
+    assert "STEP_START" in logged and "DEBUG" in logged and "WARN" in logged  # Dagster's events, Spark's console
     assert (tmp_path / "dagster" / "dagster.yaml").exists()  # the committed instance config was installed
 
 
