@@ -27,6 +27,7 @@ from resources import GraphSettingsResource, LakeResource, SourceResource, Spark
 from resources.config_schema import config_class
 from spark_jobs.delta_io import read_table, replace_run_date, replace_where, table_exists, upsert
 from spark_jobs.ingestion import labels
+from spark_jobs.ingestion.lake_source import record_source, refuse_other_source
 from spark_jobs.ingestion.reader import read_source
 
 GROUP = "ingestion"
@@ -77,6 +78,7 @@ def bronze_tables(
     day = run_date(context)
     accepts, funnel = config.to_dataclass(), graph_settings.graph_config().funnel
     session = spark.get_session()
+    refuse_other_source(session, lake.path("events"), source.spec().identity, lake.root)  # before any write
     folder = source.prepare(session)
     context.log.info(f"Reading source {source.location!r} from {folder} for run date {day} (window={config.window})")
     raw = read_source(session, folder)
@@ -131,6 +133,8 @@ def bronze_tables(
                         events_read)
         replace_where(labels.accepted(events, "events"), lake.path("events"), window.predicate(),
                       [EVENT_DATE_COLUMN])
+        recorded = record_source(session, lake.path("events"), source.spec().identity, EVENT_DATE_COLUMN)
+        context.log.info(f"Lake built from source {recorded.source}, first event date {recorded.first_event_date}")
     written("events", counts["events"]["accepted"], f"written in place of {window.predicate()}")
 
     with step("quarantine"):

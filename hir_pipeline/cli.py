@@ -90,8 +90,9 @@ def cmd_setup(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resolve_partition(source: str, partition: str | None) -> tuple[str, str]:
-    """(partition key, ingestion window): the given day, or the source's latest event date as a backfill.
+def _resolve_partition(source: str, partition: str | None) -> tuple[str, str, str]:
+    """(partition key, ingestion window, the source's first event date): the given day, or the source's latest event
+    date as a backfill.
 
     The source's schema is checked here, before any run starts, so a broken source fails with one
     line naming the table and column and nothing is written.
@@ -99,7 +100,7 @@ def _resolve_partition(source: str, partition: str | None) -> tuple[str, str]:
     from hir_pipeline.settings import default_spark_master
     from resources import SourceResource, SparkResource
     from spark_jobs.ingestion.labels import IngestConfig
-    from spark_jobs.ingestion.reader import latest_event_date, read_source
+    from spark_jobs.ingestion.reader import event_date_span, read_source
 
     if partition:  # fail fast on a malformed date
         try:
@@ -108,13 +109,24 @@ def _resolve_partition(source: str, partition: str | None) -> tuple[str, str]:
             raise ValueError(f"--partition {partition!r} is not a date (YYYY-MM-DD)") from None
     spark = SparkResource(master=default_spark_master()).get_session()
     events = read_source(spark, SourceResource(location=source).prepare(spark))["events"]
-    if partition:
-        return partition, "day"
     today = dt.datetime.now(dt.UTC).date()
-    latest = latest_event_date(events, not_after=IngestConfig().bounds(today).latest)
-    if latest is None:
+    span = event_date_span(events, not_after=IngestConfig().bounds(today).latest)
+    if partition:
+        first = partition if span is None else min(span[0].isoformat(), partition)
+        return partition, "day", first
+    if span is None:
         raise ValueError(f"source {source!r} has no event with a parseable event_ts")
-    return latest.isoformat(), "all"
+    return span[1].isoformat(), "all", span[0].isoformat()
+
+
+def start_partitions_at(lake: str, first_event_date: str) -> None:
+    """Make the run calendar of this process start at the source's first event date when the lake records none yet
+    (its first ingestion; later the lake's record is read, ``assets.partitions``) and no ``HIR_PARTITIONS_START``
+    is set. Must run before the asset modules are imported."""
+    from spark_jobs.ingestion.lake_source import recorded_lake_source
+
+    if not os.environ.get("HIR_PARTITIONS_START") and recorded_lake_source(f"{lake.rstrip('/')}/events") is None:
+        os.environ["HIR_PARTITIONS_START"] = first_event_date
 
 
 #: Tags ``hir materialize`` puts on its in-process runs, so that a later ``hir`` can tell a dead one.
@@ -182,13 +194,14 @@ def cmd_materialize(args: argparse.Namespace) -> int:
 
 
 def _materialize(args: argparse.Namespace, log_path: Path, err) -> bool:
+    lake = args.lake or default_lake_root()
+    partition, window, first_event = _resolve_partition(args.source, args.partition)
+    print(f"hir: source={args.source} lake={lake} run date={partition} ingestion window={window}", flush=True)
+    start_partitions_at(lake, first_event)
     import dagster as dg
 
     from hir_pipeline.definitions import NIGHTLY_JOB, build_definitions
 
-    lake = args.lake or default_lake_root()
-    partition, window = _resolve_partition(args.source, args.partition)
-    print(f"hir: source={args.source} lake={lake} run date={partition} ingestion window={window}", flush=True)
     defs = build_definitions(lake_root=lake, source=args.source)
     nightly = job = defs.resolve_job_def(NIGHTLY_JOB)
     if args.select:
@@ -250,14 +263,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     The graph, training and publishing assets are not needed: the evaluation builds its own graph from
     the training split and trains its own model with the production settings.
     """
+    dagster_home()
+    read_run_config(args.config)  # a missing or broken file fails before Spark starts
+    partition, window, first_event = _resolve_partition(args.source, args.partition)
+    start_partitions_at(args.lake or default_lake_root(), first_event)
     import dagster as dg
 
     from assets import ASSET_MODULES
     from hir_pipeline.definitions import default_resources
 
-    dagster_home()
-    read_run_config(args.config)  # a missing or broken file fails before Spark starts
-    partition, window = _resolve_partition(args.source, args.partition)
     resources = default_resources(args.lake, args.source)
     print(f"hir evaluate: source={args.source} lake={resources['lake'].root} run date={partition}", flush=True)
     run_config = evaluation_run_config(args.config, resources)

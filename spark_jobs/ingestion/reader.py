@@ -266,17 +266,20 @@ def as_timestamp(df: DataFrame, name: str) -> Column:
     return c.cast("timestamp")
 
 
-def latest_event_date(events: DataFrame, not_after: dt.datetime) -> dt.date | None:
-    """The UTC date of the latest plausible ``event_ts`` (what a backfill runs *as of*), or None.
+def event_date_span(events: DataFrame, not_after: dt.datetime) -> tuple[dt.date, dt.date] | None:
+    """UTC dates of the earliest and the latest plausible ``event_ts`` (a backfill runs *as of* the latest; a lake's
+    run calendar starts at the earliest), in one pass; ``None`` without any.
 
     Args:
         events: conformed source events.
         not_after: UTC wall clock plus the allowed skew (``IngestConfig.bounds(...).latest``): later events
-            are quarantined, never a run date. The date returned is never after today (UTC) either: a run date
-            is never in the future.
+            are quarantined, never a run date. The latest date returned is never after today (UTC) either: a run
+            date is never in the future.
     """
     ts = as_timestamp(events, "event_ts")
-    row = events.select(F.max(F.when(ts <= F.lit(not_after), F.to_date(ts))).alias("d")).first()
-    latest = None if row is None else row["d"]
+    plausible = F.when(ts <= F.lit(not_after), F.to_date(ts))
+    row = events.select(F.min(plausible).alias("first"), F.max(plausible).alias("last")).first()
+    if row is None or row["last"] is None:
+        return None
     today = dt.datetime.now(dt.UTC).date()
-    return None if latest is None else min(latest, today)
+    return min(row["first"], today), min(row["last"], today)

@@ -32,6 +32,28 @@ def _counts(spark, resources) -> dict[str, int]:
     return {t: read_table(spark, lake.path(t)).count() for t in ("entities", "relations", "events", "quarantine")}
 
 
+def test_a_second_source_is_refused_before_anything_is_written(spark, own_lake, tiny_source, tmp_path):
+    import shutil
+
+    from spark_jobs.ingestion.lake_source import lake_source
+    from tests.assets.conftest import make_resources
+
+    lake = own_lake["lake"]
+    recorded = lake_source(spark, lake.path("events"))
+    assert recorded.source == own_lake["source"].spec().identity  # the lake's first ingestion recorded it
+    other = shutil.copytree(tiny_source, tmp_path / "another-export")  # same rows, another source
+    versions = {t: latest_version(spark, lake.path(t)) for t in ("entities", "relations", "events", "quarantine")}
+    result = dg.materialize([bronze_tables], partition_key=RUN_DATE, raise_on_error=False,
+                            resources=make_resources(spark, tmp_path / "lake", other, tmp_path / "mlflow"),
+                            run_config=ingestion_run_config("all"))
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    message = failure.step_failure_data.error.cause.message
+    assert "LakeSourceMismatch: " in message and f"built from source {recorded.source}" in message
+    assert f"this run reads {other.as_uri()}" in message
+    assert {t: latest_version(spark, lake.path(t)) for t in versions} == versions
+
+
 @pytest.mark.slow
 def test_backfill_writes_every_bronze_table_and_accounting_passes(spark, ingested_lake, tiny_source):
     counts = _counts(spark, ingested_lake)

@@ -47,6 +47,18 @@ class SourceSpec:
         """The built-in source's name, or ``folder``."""
         return self.location if self.location in BUILTIN_SOURCES else "folder"
 
+    @property
+    def identity(self) -> str:
+        """What a lake records of the source it was built from (``spark_jobs.ingestion.lake_source``): a built-in
+        source's name (with the synthetic generator's seed and size), or the folder as an absolute URI."""
+        if self.location == "synthetic":
+            return f"synthetic(seed={self.synthetic_seed}, events={self.synthetic_events})"
+        if self.location in BUILTIN_SOURCES:
+            return self.location
+        if "://" in self.location:
+            return self.location.rstrip("/")
+        return Path(self.location).expanduser().resolve().as_uri()
+
     def prepare(self, spark: SparkSession) -> str:
         """The folder to read, writing a built-in source into the cache the first time."""
         if self.location == "movielens":

@@ -177,16 +177,17 @@ def test_timestamps_as_users_write_them(spark):
 def test_a_backfill_run_date_ignores_future_events_and_is_never_in_the_future(spark):
     import datetime as dt
 
-    from spark_jobs.ingestion.reader import latest_event_date
+    from spark_jobs.ingestion.reader import event_date_span
 
     today = dt.datetime.now(dt.UTC).date()
     tomorrow = today + dt.timedelta(days=1)
-    rows = [("2024-03-01 10:00:00",), ("2099-01-01 00:00:00",), ("garbage",)]
+    rows = [("2024-03-01 10:00:00",), ("2023-11-05 23:59:59",), ("2099-01-01 00:00:00",), ("garbage",)]
     events = spark.createDataFrame(rows, "event_ts string")
-    assert latest_event_date(events, not_after=dt.datetime(2025, 1, 1)) == dt.date(2024, 3, 1)
+    assert event_date_span(events, not_after=dt.datetime(2025, 1, 1)) == (dt.date(2023, 11, 5), dt.date(2024, 3, 1))
     events = spark.createDataFrame([*rows, (f"{tomorrow} 01:00:00",)], "event_ts string")
-    assert latest_event_date(events, not_after=dt.datetime.combine(tomorrow, dt.time(12))) == today
-    assert latest_event_date(spark.createDataFrame([("x",)], "event_ts string"), dt.datetime(2025, 1, 1)) is None
+    assert event_date_span(events, not_after=dt.datetime.combine(tomorrow, dt.time(12))) == (
+        dt.date(2023, 11, 5), today)
+    assert event_date_span(spark.createDataFrame([("x",)], "event_ts string"), dt.datetime(2025, 1, 1)) is None
 
 
 def test_a_folder_whose_files_disagree_on_types_reads_as_text_where_needed(spark, tmp_path):
