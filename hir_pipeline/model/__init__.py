@@ -9,6 +9,7 @@ _EXPORTS = {
     "HierarchicalDINOLoss": "distillation",
     "ModelConfig": "config",
     "ModelOutput": "hir_model",
+    "NodeColumns": "features",
     "NodeFeatures": "features",
     "PackedBatch": "batch",
     "PrototypeHierarchy": "hierarchy",

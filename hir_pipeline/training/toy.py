@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from hir_pipeline.contracts import ENTITY_TYPES
-from hir_pipeline.model.features import NodeFeatures
+from hir_pipeline.model.features import NodeColumns, NodeFeatures
 
 _USER, _PRODUCT, _CATEGORY = (ENTITY_TYPES.index(t) for t in ("user", "product", "category"))
 #: Edge-type ids of the toy graph: funnel stages 1..4 forward (odd) / reverse (even), like
@@ -130,7 +130,7 @@ def make_toy_graph(num_communities: int = 4, users_per: int = 12, items_per: int
     has_history[eu] = True
     has_history[ei] = True
     entity_ids = [f"{ENTITY_TYPES[t]}_{i}" for i, t in enumerate(node_type)]
-    features = NodeFeatures.from_arrays(entity_ids, node_type, degree_bucket, has_history, id_buckets,
+    features = NodeFeatures.from_arrays(NodeColumns(entity_ids, node_type, degree_bucket, has_history), id_buckets,
                                         content, has_content)
     broad = [_view(a, adj, node_type, 2, broad_cap, max_dist, rng) for a in range(n)]
     narrow = [_view(a, adj, node_type, 1, narrow_cap, max_dist, rng) for a in range(n)]
