@@ -7,6 +7,7 @@ _EXPORTS = {
     "GraphTransformerEncoder": "encoder",
     "HIRModel": "hir_model",
     "HierarchicalDINOLoss": "distillation",
+    "InBatchNegatives": "distillation",
     "ModelConfig": "config",
     "ModelOutput": "hir_model",
     "NodeColumns": "features",
