@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hir_pipeline.model import ModelConfig, TrainConfig  # noqa: E402
 from hir_pipeline.training import Trainer  # noqa: E402
-from hir_pipeline.training.toy import make_toy_graph  # noqa: E402
+from hir_pipeline.training.toy import ToyGraphSettings, make_toy_graph  # noqa: E402
 
 
 def run_backend(backend: str, graph, args, device: torch.device, steps: int) -> dict:
@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cpu":  # smoke-test size: the CPU run only checks that the script works end to end
         args.communities, args.batch_size, args.hidden, args.layers, args.pad_to = 2, 8, 32, 1, 128
-    graph = make_toy_graph(num_communities=args.communities, users_per=40, items_per=20, content_dim=32,
-                           broad_cap=48, narrow_cap=24, id_buckets=4096, seed=0)
+    graph = make_toy_graph(ToyGraphSettings(num_communities=args.communities, users_per=40, items_per=20,
+                                            content_dim=32, broad_cap=48, narrow_cap=24, id_buckets=4096, seed=0))
     logging.info("device %s (%s), torch %s, %d nodes", device,
                  torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", torch.__version__,
                  graph.features.num_nodes)

@@ -47,7 +47,7 @@ def run(prepared: dict, overrides: dict, k: int, truth: dict | None) -> dict:
     """Train one model on the prepared split; its recall and clustering rows as one flat dict."""
     import numpy as np
 
-    from hir_pipeline.evaluation.runner import clustering_rows
+    from hir_pipeline.evaluation.runner import ClusterLevels, clustering_rows
     from hir_pipeline.evaluation.scoring import EmbeddingScorer, evaluate_scorer
 
     data, inputs = prepared["data"], prepared["inputs"]
@@ -63,9 +63,8 @@ def run(prepared: dict, overrides: dict, k: int, truth: dict | None) -> dict:
     for split, metrics in got.items():
         out[f"{split}_recall"] = round(metrics[f"recall_at_{k}"], 4)
     assignments = [p.argmax(axis=1) for p in res.probs]
-    for _, group, metric, value in clustering_rows(ids, [str(t) for t in inputs.entity_types], assignments,
-                                                   model_cfg.level_sizes, truth, probs=res.probs,
-                                                   parent_maps=res.parent_maps):
+    clusters = ClusterLevels(assignments, model_cfg.level_sizes, probs=res.probs, parent_maps=res.parent_maps)
+    for _, group, metric, value in clustering_rows(ids, [str(t) for t in inputs.entity_types], clusters, truth):
         if group in ("all", "user", "item"):
             out[f"{group}.{metric}"] = round(float(value), 4)
     last = history[-1] if history else {}

@@ -48,10 +48,10 @@ def _inputs(args) -> tuple[dict, object, list, list, tuple]:
         model_kw = {k: (tuple(v) if k == "level_sizes" else v) for k, v in settings.items() if k in model_names}
         features = inputs.features(resolve_model_config(ModelConfig(**model_kw), inputs))
         return settings, features, inputs.broad_views, inputs.narrow_views or inputs.broad_views, inputs.engagement
-    from hir_pipeline.training.toy import make_toy_graph
+    from hir_pipeline.training.toy import ToyGraphSettings, make_toy_graph
 
-    graph = make_toy_graph(num_communities=16, users_per=40, items_per=20, content_dim=32, broad_cap=48,
-                           narrow_cap=24, id_buckets=4096, seed=0)
+    graph = make_toy_graph(ToyGraphSettings(num_communities=16, users_per=40, items_per=20, content_dim=32,
+                                            broad_cap=48, narrow_cap=24, id_buckets=4096, seed=0))
     settings = {"hidden_dim": 64, "num_layers": 2, "num_heads": 4, "out_dim": 64, "content_dim": 32,
                 "id_buckets": 4096, "level_sizes": [8, 32, 128], "max_dist": 3, "batch_size": 128,
                 "engagement_batch_size": 256}

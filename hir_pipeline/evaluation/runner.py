@@ -305,16 +305,32 @@ def align_levels(num_model_levels: int, truth_levels: Sequence[str]) -> dict[int
     return dict(sorted(pairs))
 
 
+@dataclass(frozen=True)
+class ClusterLevels:
+    """A model's clusters of every node, per level (coarsest first), as :func:`clustering_rows` scores them.
+
+    Args:
+        assignments: per level, int ``[N]`` hard cluster of each node.
+        level_sizes: prototypes per level.
+        probs: per level float ``[N, K_l]`` cluster probabilities (adds ``mean_top_probability`` rows overall and
+            per entity type), or ``None``.
+        parent_maps: per level ``l >= 1`` the parent of each cluster at level ``l - 1`` (the published tree);
+            ``None``: the majority parents of ``assignments`` (:func:`majority_parents`).
+    """
+
+    assignments: Sequence[np.ndarray]
+    level_sizes: Sequence[int]
+    probs: Sequence[np.ndarray] | None = None
+    parent_maps: Sequence[np.ndarray] | None = None
+
+
 def clustering_rows(
     entity_ids: Sequence[str],
     entity_types: Sequence[str],
-    assignments: Sequence[np.ndarray],
-    level_sizes: Sequence[int],
+    clusters: ClusterLevels,
     truth: Mapping[str, Mapping[str, int | None]] | None = None,
     truth_levels: Sequence[str] = ("level0", "level1", "level2"),
     method: str = "hir",
-    probs: Sequence[np.ndarray] | None = None,
-    parent_maps: Sequence[np.ndarray] | None = None,
 ) -> list[MetricRow]:
     """Cluster usage, sharpness and tree agreement per level and, given the planted hierarchy, NMI per level
     (overall, for items, i.e. every type but users, and per entity type).
@@ -322,16 +338,13 @@ def clustering_rows(
     Args:
         entity_ids: id of each node.
         entity_types: type of each node.
-        assignments: per model level (coarsest first), int ``[N]`` hard cluster of each node.
-        level_sizes: prototypes per model level.
+        clusters: the model's clusters per level.
         truth: ``entity_id -> {level column: label or None}`` (synthetic ground truth), or ``None``.
         truth_levels: planted level columns, coarsest first.
         method: method name of the rows.
-        probs: per model level float ``[N, K_l]`` cluster probabilities (adds ``mean_top_probability`` rows
-            overall and per entity type), or ``None``.
-        parent_maps: per level ``l >= 1`` the parent of each cluster at level ``l - 1`` (the published tree);
-            ``None``: the majority parents of ``assignments`` (:func:`majority_parents`).
     """
+    assignments, level_sizes = clusters.assignments, clusters.level_sizes
+    probs, parent_maps = clusters.probs, clusters.parent_maps
     rows: list[MetricRow] = []
     types = np.asarray(entity_types, dtype=object)
     groups = {"all": np.ones(len(types), dtype=bool), "item": types != "user",

@@ -5,6 +5,8 @@ in-batch negatives, known positives masked and a fixed or learned temperature.""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -174,37 +176,55 @@ def ema_update(teacher: nn.Module, student: nn.Module, momentum: float) -> None:
         bt.copy_(bs)
 
 
+@dataclass(frozen=True)
+class InBatchNegatives:
+    """What :func:`engagement_infonce` knows about the candidates of a batch of ``P`` pairs, to mask false negatives
+    and correct for sampling bias; every field is optional (``None``: no masking / no correction).
+
+    Args:
+        user_ids: ``[P]`` node id of each row's user; rows of the same user are not negatives of each other.
+        item_ids: ``[P]`` node id of each row's item; rows of the same item are not negatives of each other.
+        user_log_q: ``[P]`` log-probability that the row's user is drawn into a batch; subtracted from the logits
+            of that candidate (logQ correction, Yi et al. 2019, "Sampling-Bias-Corrected Neural Modeling for Large
+            Corpus Item Recommendations"), so that popular candidates, which are in-batch negatives more often, are
+            not pushed down for it.
+        item_log_q: ``[P]`` the same for the row's item.
+        positive_mask: bool ``[P, P]``: ``[r, c]`` True when user ``r`` engaged with item ``c`` in training; such a
+            candidate is a negative neither of user ``r`` nor of item ``c`` (the diagonal is ignored: it holds the
+            positives).
+    """
+
+    user_ids: Tensor | None = None
+    item_ids: Tensor | None = None
+    user_log_q: Tensor | None = None
+    item_log_q: Tensor | None = None
+    positive_mask: Tensor | None = None
+
+
 def engagement_infonce(
     user_emb: Tensor,
     item_emb: Tensor,
     weight: Tensor,
     temperature: float | Tensor = 0.1,
-    user_ids: Tensor | None = None,
-    item_ids: Tensor | None = None,
-    user_log_q: Tensor | None = None,
-    item_log_q: Tensor | None = None,
-    positive_mask: Tensor | None = None,
+    negatives: InBatchNegatives | None = None,
 ) -> Tensor:
     """Symmetric in-batch-negatives InfoNCE over engaged (user, item) pairs, weighted by funnel depth.
 
     Row ``i`` pairs ``user_emb[i]`` with ``item_emb[i]``; the other items (users) of the batch are negatives.
     Duplicate ids in the batch are not used as negatives of each other (they are the same node), nor are known
-    positives (``positive_mask``).
+    positives (see :class:`InBatchNegatives`).
 
     Args:
         user_emb: ``[P, D]`` L2-normalised user embeddings.
         item_emb: ``[P, D]`` L2-normalised item embeddings.
         weight: ``[P]`` pair weights (deeper funnel stage = larger; all ones when pairs were drawn by weight).
         temperature: softmax temperature (a float, or a scalar tensor when it is learned).
-        user_ids, item_ids: optional ``[P]`` node ids for masking duplicate false negatives.
-        user_log_q, item_log_q: optional ``[P]`` log-probabilities that the row's user (item) is drawn into a
-            batch; subtracted from the logits of that candidate (logQ correction, Yi et al. 2019, "Sampling-Bias-
-            Corrected Neural Modeling for Large Corpus Item Recommendations"), so that popular candidates, which
-            are in-batch negatives more often, are not pushed down for it.
-        positive_mask: optional bool ``[P, P]``: ``[r, c]`` True when user ``r`` engaged with item ``c`` in
-            training; such a candidate is a negative neither of user ``r`` nor of item ``c`` (the diagonal is
-            ignored: it holds the positives).
+        negatives: ids, log-probabilities and known positives of the batch's candidates; ``None``: no masking and
+            no correction.
     """
+    neg = InBatchNegatives() if negatives is None else negatives
+    user_ids, item_ids, positive_mask = neg.user_ids, neg.item_ids, neg.positive_mask
+    user_log_q, item_log_q = neg.user_log_q, neg.item_log_q
     logits = user_emb @ item_emb.t() / temperature
     logits_i = logits.t()
     if item_log_q is not None:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hir_pipeline.model.attention import (
+    AttentionOptions,
     BiasTables,
     create_view_block_mask,
     resolve_backend,
@@ -136,12 +137,12 @@ class StructuralSelfAttention(nn.Module):
         tables = self.tables()
         if qkv.dtype != tables.dist.dtype:
             tables = BiasTables(*(t.to(qkv.dtype) for t in tables))
-        out = structural_attention(
-            qkv[0], qkv[1], qkv[2], batch.layout, tables, self.cfg.num_node_types, backend=backend,
-            block_mask=plan if backend == "flex" else None, buckets=plan if backend == "bucketed" else None,
-            block_size=self.cfg.attn_block_size,
+        options = AttentionOptions(
+            backend=backend, block_size=self.cfg.attn_block_size,
             compile_flex=True if batch.layout.view_id.is_cuda else self.cfg.compile_flex_cpu,
         )
+        out = structural_attention(qkv[0], qkv[1], qkv[2], batch.layout, tables, self.cfg.num_node_types, options,
+                                   plan)
         return self.out(out[0].transpose(0, 1).reshape(s, d))
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -51,6 +52,22 @@ def id_rows(entity_ids: Sequence[str], has_history: np.ndarray, num_rows: int, e
     return hash_id_buckets(entity_ids, num_rows)
 
 
+class NodeColumns(NamedTuple):
+    """The ``graph_nodes`` columns :meth:`NodeFeatures.from_arrays` reads, rows ordered by ``node_idx``.
+
+    Args:
+        entity_ids: entity id per node (hashed into the ID table, :func:`id_rows`).
+        node_type: ``graph_nodes.node_type``, index into ``ENTITY_TYPES``.
+        degree_bucket: ``graph_nodes.degree_bucket``.
+        has_history: ``graph_nodes.has_history``.
+    """
+
+    entity_ids: Sequence[str]
+    node_type: Sequence[int] | np.ndarray
+    degree_bucket: Sequence[int] | np.ndarray
+    has_history: Sequence[bool] | np.ndarray
+
+
 @dataclass
 class NodeFeatures:
     """Per-node features for all ``N`` nodes of the graph.
@@ -79,34 +96,28 @@ class NodeFeatures:
     @classmethod
     def from_arrays(
         cls,
-        entity_ids: Sequence[str],
-        node_type: Sequence[int] | np.ndarray,
-        degree_bucket: Sequence[int] | np.ndarray,
-        has_history: Sequence[bool] | np.ndarray,
+        nodes: NodeColumns,
         id_buckets: int,
         content: np.ndarray | Tensor | None = None,
         has_content: Sequence[bool] | np.ndarray | None = None,
         content_dim: int | None = None,
         exact_ids: bool = True,
-        engagement: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-        history_max_neighbours: int = 0,
         structure: np.ndarray | Tensor | None = None,
     ) -> NodeFeatures:
         """Build from columns of ``graph_nodes`` (and ``content_embeddings``), rows ordered by ``node_idx``.
 
+        The result has no engagement history; :meth:`with_history` adds it.
+
         Args:
-            entity_ids: entity id per node (hashed into ``id_buckets``).
-            node_type, degree_bucket, has_history: ``graph_nodes`` columns.
+            nodes: the ``graph_nodes`` columns.
             id_buckets: rows of the ID table (``ModelConfig.id_buckets``).
             content: ``[N, Dc]`` content embeddings, or ``None`` (then ``content_dim`` zero columns).
             has_content: which rows of ``content`` are real; default: non-zero rows.
             content_dim: ``Dc`` when ``content`` is ``None``.
             exact_ids: exact ID rows while the nodes with history fit (:func:`id_rows`).
-            engagement: ``(user_idx, item_idx, weight)`` pairs the history is built from; ``None``: no history.
-            history_max_neighbours: cap of each node's history (``ModelConfig.history_max_neighbours``).
             structure: ``[N, Ds]`` structure embeddings (zero rows where absent), or ``None`` (``Ds = 0``).
         """
-        n = len(entity_ids)
+        n = len(nodes.entity_ids)
         if content is None:
             content_t = torch.zeros(n, content_dim or 0)
         else:
@@ -115,15 +126,14 @@ class NodeFeatures:
             has_content_t = content_t.abs().sum(-1) > 0
         else:
             has_content_t = torch.as_tensor(np.asarray(has_content, dtype=bool))
+        has_history = np.asarray(nodes.has_history, dtype=bool)
         return cls(
-            node_type=torch.as_tensor(np.asarray(node_type, dtype=np.int64)),
-            degree_bucket=torch.as_tensor(np.asarray(degree_bucket, dtype=np.int64)),
-            has_history=torch.as_tensor(np.asarray(has_history, dtype=bool)),
-            id_bucket=id_rows(entity_ids, np.asarray(has_history, dtype=bool), id_buckets, exact_ids),
+            node_type=torch.as_tensor(np.asarray(nodes.node_type, dtype=np.int64)),
+            degree_bucket=torch.as_tensor(np.asarray(nodes.degree_bucket, dtype=np.int64)),
+            has_history=torch.as_tensor(has_history),
+            id_bucket=id_rows(nodes.entity_ids, has_history, id_buckets, exact_ids),
             content=content_t * has_content_t[:, None].to(content_t.dtype),
             has_content=has_content_t,
-            history=None if engagement is None else NeighbourHistory.from_engagement(
-                *engagement, num_nodes=n, max_neighbours=history_max_neighbours),
             structure=torch.zeros(n, 0) if structure is None else torch.as_tensor(
                 np.asarray(structure, dtype=np.float32)),
         )
@@ -134,7 +144,12 @@ class NodeFeatures:
 
     def with_history(self, engagement: tuple[np.ndarray, np.ndarray, np.ndarray],
                      max_neighbours: int = 0) -> NodeFeatures:
-        """A copy whose history is built from ``engagement`` (see :meth:`NeighbourHistory.from_engagement`)."""
+        """A copy whose history is built from ``engagement`` (see :meth:`NeighbourHistory.from_engagement`).
+
+        Args:
+            engagement: ``(user_idx, item_idx, weight)`` pairs.
+            max_neighbours: cap of each node's history (``ModelConfig.history_max_neighbours``); 0 = all.
+        """
         users, items, weights = (np.asarray(a) for a in engagement)
         history = NeighbourHistory.from_engagement(users, items, weights, self.num_nodes, max_neighbours)
         return dataclasses.replace(self, history=history)

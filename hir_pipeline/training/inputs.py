@@ -146,15 +146,14 @@ class ModelInputs:
                 at their defaults.
         """
         from hir_pipeline.model.config import ModelConfig
-        from hir_pipeline.model.features import NodeFeatures
+        from hir_pipeline.model.features import NodeColumns, NodeFeatures
 
         cfg = ModelConfig(id_buckets=model_cfg) if isinstance(model_cfg, int) else model_cfg
-        return NodeFeatures.from_arrays(self.entity_ids.tolist(), self.node_type, self.degree_bucket,
-                                        self.has_history, cfg.id_buckets, self.content, self.has_content,
-                                        content_dim=self.content_dim, exact_ids=cfg.exact_ids,
-                                        engagement=self.engagement,
-                                        history_max_neighbours=cfg.history_max_neighbours,
-                                        structure=self.structure)
+        nodes = NodeColumns(self.entity_ids.tolist(), self.node_type, self.degree_bucket, self.has_history)
+        features = NodeFeatures.from_arrays(nodes, cfg.id_buckets, self.content, self.has_content,
+                                            content_dim=self.content_dim, exact_ids=cfg.exact_ids,
+                                            structure=self.structure)
+        return features.with_history(self.engagement, cfg.history_max_neighbours)
 
     def summary(self) -> dict[str, int]:
         """Counts worth logging: nodes, views, pairs, content coverage, collected bytes."""

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from hir_pipeline.contracts import ENTITY_TYPES
-from hir_pipeline.model.features import NodeFeatures
+from hir_pipeline.model.features import NodeColumns, NodeFeatures
 
 _USER, _PRODUCT, _CATEGORY = (ENTITY_TYPES.index(t) for t in ("user", "product", "category"))
 #: Edge-type ids of the toy graph: funnel stages 1..4 forward (odd) / reverse (even), like
@@ -78,23 +78,46 @@ def _view(anchor: int, adj: list[dict[int, int]], node_type: np.ndarray, hops: i
             "dist": dist.reshape(-1).tobytes(), "edge_types": edges.reshape(-1).tobytes()}
 
 
-def make_toy_graph(num_communities: int = 4, users_per: int = 12, items_per: int = 8, content_dim: int = 16,
-                   events_per_user: int = 5, p_in: float = 0.9, max_dist: int = 3, broad_cap: int = 24,
-                   narrow_cap: int = 12, id_buckets: int = 1024, seed: int = 0) -> ToyGraph:
-    """Build a :class:`ToyGraph`.
+@dataclass(frozen=True)
+class ToyGraphSettings:
+    """Size and generator settings of :func:`make_toy_graph`.
 
     Args:
         num_communities: planted communities ``C``.
-        users_per, items_per: users and products per community.
+        users_per: users per community.
+        items_per: products per community.
         content_dim: width of the toy content embeddings.
         events_per_user: engaged products per user.
         p_in: probability that an engagement stays in the user's community.
         max_dist: distances above it are "unreachable" (``max_dist + 1``).
-        broad_cap, narrow_cap: node caps of the broad (2-hop) and narrow (1-hop) views.
+        broad_cap: node cap of the broad (2-hop) views.
+        narrow_cap: node cap of the narrow (1-hop) views.
         id_buckets: hashed-ID buckets of the features.
         seed: generator seed.
     """
-    rng = np.random.default_rng(seed)
+
+    num_communities: int = 4
+    users_per: int = 12
+    items_per: int = 8
+    content_dim: int = 16
+    events_per_user: int = 5
+    p_in: float = 0.9
+    max_dist: int = 3
+    broad_cap: int = 24
+    narrow_cap: int = 12
+    id_buckets: int = 1024
+    seed: int = 0
+
+
+def make_toy_graph(settings: ToyGraphSettings | None = None) -> ToyGraph:
+    """Build a :class:`ToyGraph`.
+
+    Args:
+        settings: sizes and seed of the graph; default: ``ToyGraphSettings()``.
+    """
+    s = ToyGraphSettings() if settings is None else settings
+    num_communities, users_per, items_per = s.num_communities, s.users_per, s.items_per
+    rng = np.random.default_rng(s.seed)
     types, community = [], []
     for c in range(num_communities):
         types += [_USER] * users_per + [_PRODUCT] * items_per + [_CATEGORY]
@@ -112,17 +135,17 @@ def make_toy_graph(num_communities: int = 4, users_per: int = 12, items_per: int
         for it in items(c):
             adj[it][cat], adj[cat][it] = _IN_CATEGORY, _REV_IN_CATEGORY
         for u in users(c):
-            for _ in range(events_per_user):
-                cc = c if rng.random() < p_in else int(rng.integers(num_communities))
+            for _ in range(s.events_per_user):
+                cc = c if rng.random() < s.p_in else int(rng.integers(num_communities))
                 it = int(rng.choice(items(cc)))
                 stage = int(rng.integers(1, 5))
                 adj[u][it], adj[it][u] = 2 * stage - 1, 2 * stage
                 eu.append(int(u))
                 ei.append(it)
                 ew.append(float(stage))
-    centroids = rng.normal(size=(num_communities, content_dim)).astype(np.float32)
+    centroids = rng.normal(size=(num_communities, s.content_dim)).astype(np.float32)
     has_content = node_type != _USER
-    content = (centroids[community] + 0.3 * rng.normal(size=(n, content_dim))).astype(np.float32)
+    content = (centroids[community] + 0.3 * rng.normal(size=(n, s.content_dim))).astype(np.float32)
     content[~has_content] = 0.0
     degree = np.array([len(a) for a in adj])
     degree_bucket = np.minimum(np.floor(np.log2(degree + 1)).astype(np.int64), 15)
@@ -130,9 +153,9 @@ def make_toy_graph(num_communities: int = 4, users_per: int = 12, items_per: int
     has_history[eu] = True
     has_history[ei] = True
     entity_ids = [f"{ENTITY_TYPES[t]}_{i}" for i, t in enumerate(node_type)]
-    features = NodeFeatures.from_arrays(entity_ids, node_type, degree_bucket, has_history, id_buckets,
+    features = NodeFeatures.from_arrays(NodeColumns(entity_ids, node_type, degree_bucket, has_history), s.id_buckets,
                                         content, has_content)
-    broad = [_view(a, adj, node_type, 2, broad_cap, max_dist, rng) for a in range(n)]
-    narrow = [_view(a, adj, node_type, 1, narrow_cap, max_dist, rng) for a in range(n)]
+    broad = [_view(a, adj, node_type, 2, s.broad_cap, s.max_dist, rng) for a in range(n)]
+    narrow = [_view(a, adj, node_type, 1, s.narrow_cap, s.max_dist, rng) for a in range(n)]
     engagement = (np.asarray(eu, dtype=np.int64), np.asarray(ei, dtype=np.int64), np.asarray(ew, dtype=np.float32))
     return ToyGraph(features, broad, narrow, community, engagement, entity_ids)

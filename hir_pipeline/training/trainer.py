@@ -37,6 +37,7 @@ from hir_pipeline.model.config import PUBLISHED_ENCODERS, ModelConfig, TrainConf
 from hir_pipeline.model.distillation import (
     EngagementTemperature,
     HierarchicalDINOLoss,
+    InBatchNegatives,
     cross_entity_targets,
     ema_update,
     engagement_infonce,
@@ -330,12 +331,17 @@ class Trainer:
             emb = s_out.embedding
             u_ids, i_ids = torch.as_tensor(users, device=self.device), torch.as_tensor(items, device=self.device)
             known = sampler.positive_mask(pair_idx)
+            negatives = InBatchNegatives(
+                user_ids=u_ids, item_ids=i_ids,
+                user_log_q=None if sampler.user_log_q is None else torch.as_tensor(sampler.user_log_q[users],
+                                                                                   device=self.device),
+                item_log_q=None if sampler.item_log_q is None else torch.as_tensor(sampler.item_log_q[items],
+                                                                                   device=self.device),
+                positive_mask=None if known is None else torch.as_tensor(known, device=self.device),
+            )
             eng = engagement_infonce(
                 emb[n_distill:n_distill + p], emb[n_distill + p:],
-                torch.as_tensor(sampler.loss_weight[pair_idx], device=self.device), temperature, u_ids, i_ids,
-                None if sampler.user_log_q is None else torch.as_tensor(sampler.user_log_q[users], device=self.device),
-                None if sampler.item_log_q is None else torch.as_tensor(sampler.item_log_q[items], device=self.device),
-                None if known is None else torch.as_tensor(known, device=self.device),
+                torch.as_tensor(sampler.loss_weight[pair_idx], device=self.device), temperature, negatives,
             )
             loss = loss + mc.engagement_weight * eng
         self.optimizer.zero_grad(set_to_none=True)

@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 from hir_pipeline.contracts import EVALUATION_METRICS_DDL
 from hir_pipeline.evaluation.data import VALIDATION, WARM, EvalData, validation_split
 from hir_pipeline.evaluation.runner import (
+    ClusterLevels,
     Comparison,
     EvaluationSettings,
     MetricRow,
@@ -316,9 +317,9 @@ def evaluate_run(
     comparisons = paired_comparisons(per_user, settings)
     rows += comparison_rows(comparisons, settings.k)
     assignments = [np.argmax(p, axis=1) for p in fit.inference.probs]
-    rows += clustering_rows(entity_ids, [str(t) for t in inputs.entity_types], assignments,
-                            fit.model_cfg.level_sizes, truth, probs=fit.inference.probs,
-                            parent_maps=fit.inference.parent_maps)
+    clusters = ClusterLevels(assignments, fit.model_cfg.level_sizes, probs=fit.inference.probs,
+                             parent_maps=fit.inference.parent_maps)
+    rows += clustering_rows(entity_ids, [str(t) for t in inputs.entity_types], clusters, truth)
     details: dict[str, Any] = {"target_stage": split.target_stage, "split_note": split.note,
                                "users_per_stage": split.users_per_stage,
                                "hir_seeds": {str(seed): {s: round(v, 4) for s, v in got.items()}

@@ -77,6 +77,49 @@ def sample_keys(prefix: np.ndarray, neighbour_hash: np.ndarray, weight: np.ndarr
     return -np.log(u) / np.asarray(weight, dtype=np.float64)
 
 
+class NodeRows(NamedTuple):
+    """``graph_nodes`` rows of :meth:`ViewGraph.from_arrays`, in any order (``node_idx`` dense).
+
+    Attributes:
+        node_idx: node index of each row.
+        node_hash: ``xxhash64(entity_id)`` of each row (``int64``).
+        node_type: ``graph_nodes.node_type`` of each row.
+    """
+
+    node_idx: np.ndarray
+    node_hash: np.ndarray
+    node_type: np.ndarray
+
+
+class AdjacencyRows(NamedTuple):
+    """Sampling-adjacency rows of :meth:`ViewGraph.from_arrays`, in any order (each ``(src, dst)`` at most once).
+
+    Attributes:
+        src, dst: the entry's node and neighbour (``node_idx``).
+        w: sampling weight.
+        capped: ``src`` had more than ``hub_cap`` neighbours.
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    w: np.ndarray
+    capped: np.ndarray
+
+
+class PairRows(NamedTuple):
+    """Oriented-pair rows of :meth:`ViewGraph.from_arrays`, in any order (each ``(src, dst)`` at most once).
+
+    Attributes:
+        src, dst: the pair from its lower-degree endpoint ``src`` (``node_idx``).
+        fwd, bwd: highest edge type id of each direction (0 if absent).
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    fwd: np.ndarray
+    bwd: np.ndarray
+
+
 @dataclass(frozen=True)
 class ViewGraph:
     """The graph the views are drawn from, as CSR arrays over ``node_idx`` in ``0..N-1``.
@@ -116,38 +159,31 @@ class ViewGraph:
         return sum(getattr(self, f.name).nbytes for f in fields(self))
 
     @classmethod
-    def from_arrays(
-        cls,
-        node_idx: np.ndarray,
-        node_hash: np.ndarray,
-        node_type: np.ndarray,
-        adj_src: np.ndarray,
-        adj_dst: np.ndarray,
-        adj_w: np.ndarray,
-        adj_capped: np.ndarray,
-        pair_src: np.ndarray,
-        pair_dst: np.ndarray,
-        pair_fwd: np.ndarray,
-        pair_bwd: np.ndarray,
-    ) -> ViewGraph:
-        """Build the CSR arrays from row lists in any order (node_idx dense; each (src, dst) at most once)."""
-        node_idx = np.asarray(node_idx, dtype=np.int64)
+    def from_arrays(cls, nodes: NodeRows, adjacency: AdjacencyRows, pairs: PairRows) -> ViewGraph:
+        """Build the CSR arrays from row lists in any order (node_idx dense; each (src, dst) at most once).
+
+        Args:
+            nodes: the node rows.
+            adjacency: the sampling-adjacency rows.
+            pairs: the oriented-pair rows (empty arrays when structure is not needed).
+        """
+        node_idx = np.asarray(nodes.node_idx, dtype=np.int64)
         n = int(node_idx.max()) + 1 if len(node_idx) else 0
         hashes = np.zeros(n, dtype=np.int64)
-        hashes[node_idx] = node_hash
+        hashes[node_idx] = nodes.node_hash
         types = np.zeros(n, dtype=np.int8)
-        types[node_idx] = node_type
-        adj_ptr, order = _csr(n, adj_src, adj_dst)
+        types[node_idx] = nodes.node_type
+        adj_ptr, order = _csr(n, adjacency.src, adjacency.dst)
         capped = np.zeros(n, dtype=bool)
-        capped[np.asarray(adj_src, dtype=np.int64)] = np.asarray(adj_capped, dtype=bool)
-        pair_ptr, porder = _csr(n, pair_src, pair_dst)
-        fwd, bwd = np.asarray(pair_fwd), np.asarray(pair_bwd)
+        capped[np.asarray(adjacency.src, dtype=np.int64)] = np.asarray(adjacency.capped, dtype=bool)
+        pair_ptr, porder = _csr(n, pairs.src, pairs.dst)
+        fwd, bwd = np.asarray(pairs.fwd), np.asarray(pairs.bwd)
         type_dtype = np.uint8 if max(fwd.max(initial=0), bwd.max(initial=0)) <= 255 else np.int32
         return cls(
             node_hash=hashes, node_type=types,
-            adj_ptr=adj_ptr, adj_dst=np.asarray(adj_dst, dtype=np.int32)[order],
-            adj_w=np.asarray(adj_w, dtype=np.float64)[order], capped=capped,
-            pair_ptr=pair_ptr, pair_dst=np.asarray(pair_dst, dtype=np.int32)[porder],
+            adj_ptr=adj_ptr, adj_dst=np.asarray(adjacency.dst, dtype=np.int32)[order],
+            adj_w=np.asarray(adjacency.w, dtype=np.float64)[order], capped=capped,
+            pair_ptr=pair_ptr, pair_dst=np.asarray(pairs.dst, dtype=np.int32)[porder],
             pair_fwd=fwd.astype(type_dtype)[porder], pair_bwd=bwd.astype(type_dtype)[porder],
         )
 

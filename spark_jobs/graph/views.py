@@ -69,7 +69,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark_jobs.graph.config import GraphConfig
-from spark_jobs.graph.sampling import ViewGraph, build_view_batch, sample_batch
+from spark_jobs.graph.sampling import AdjacencyRows, NodeRows, PairRows, ViewGraph, build_view_batch, sample_batch
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +170,9 @@ def collect_view_graph(nodes: DataFrame, edges: DataFrame, config: GraphConfig, 
     else:
         pair_cols = [np.zeros(0, dtype=np.int64)] * 4
     graph = ViewGraph.from_arrays(
-        node_t.column("node_idx").to_numpy(), node_t.column("nh").to_numpy(), node_t.column("node_type").to_numpy(),
-        *(adj_t.column(c).to_numpy() for c in ("src_idx", "dst_idx", "w", "capped")), *pair_cols,
+        NodeRows(*(node_t.column(c).to_numpy() for c in ("node_idx", "nh", "node_type"))),
+        AdjacencyRows(*(adj_t.column(c).to_numpy() for c in ("src_idx", "dst_idx", "w", "capped"))),
+        PairRows(*pair_cols),
     )
     log.info("views: collected graph of %d nodes, %d sampling entries, %d oriented pairs (%.1f MB)",
              graph.num_nodes, len(graph.adj_dst), len(graph.pair_dst), graph.nbytes / 2**20)

@@ -15,7 +15,7 @@ import torch
 from hir_pipeline.contracts import ENTITY_TYPES
 from hir_pipeline.evaluation.data import COLD, VALIDATION, WARM, EvalData, validation_split
 from hir_pipeline.training.inputs import ModelInputs
-from hir_pipeline.training.toy import make_toy_graph
+from hir_pipeline.training.toy import ToyGraphSettings, make_toy_graph
 
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "hir_ablations.py"
 _SPEC = importlib.util.spec_from_file_location("hir_ablations", _PATH)
@@ -46,8 +46,8 @@ def test_grid_parsing():
 def prepared(tmp_path_factory) -> Path:
     """A toy 'prepared splits' pickle: HIR inputs of a planted graph, evaluation data with warm and cold targets
     (the last product of each community is cold), and its inner validation split."""
-    toy = make_toy_graph(num_communities=2, users_per=8, items_per=5, content_dim=8, broad_cap=12, narrow_cap=6,
-                         id_buckets=64, seed=0)
+    toy = make_toy_graph(ToyGraphSettings(num_communities=2, users_per=8, items_per=5, content_dim=8, broad_cap=12,
+                                          narrow_cap=6, id_buckets=64, seed=0))
     f = toy.features
     inputs = ModelInputs(
         entity_ids=np.asarray(toy.entity_ids, dtype=object),

@@ -4,17 +4,19 @@ from hir_pipeline.model.attention.bucketed import ViewBuckets, bucketed_structur
 from hir_pipeline.model.attention.chunked import chunked_structural_attention
 from hir_pipeline.model.attention.dense import dense_structural_attention, dense_structural_bias
 from hir_pipeline.model.attention.dispatch import resolve_backend, structural_attention
-from hir_pipeline.model.attention.layout import PackedLayout, build_layout
+from hir_pipeline.model.attention.layout import BlockSpan, PackedLayout, build_layout
 from hir_pipeline.model.attention.masks import create_block_mask, create_view_block_mask, view_mask_mod
+from hir_pipeline.model.attention.options import AttentionOptions
 from hir_pipeline.model.attention.score_mods import (
     BiasTables,
     layout_score_mod,
     structural_bias,
-    structural_bias_score_mod,
 )
 
 __all__ = [
+    "AttentionOptions",
     "BiasTables",
+    "BlockSpan",
     "PackedLayout",
     "ViewBuckets",
     "bucketed_structural_attention",
@@ -28,7 +30,6 @@ __all__ = [
     "resolve_backend",
     "structural_attention",
     "structural_bias",
-    "structural_bias_score_mod",
     "view_buckets",
     "view_mask_mod",
 ]

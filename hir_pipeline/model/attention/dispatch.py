@@ -25,6 +25,7 @@ from hir_pipeline.model.attention.chunked import chunked_structural_attention
 from hir_pipeline.model.attention.dense import dense_structural_attention
 from hir_pipeline.model.attention.layout import PackedLayout
 from hir_pipeline.model.attention.masks import create_view_block_mask
+from hir_pipeline.model.attention.options import AttentionOptions
 from hir_pipeline.model.attention.score_mods import BiasTables, layout_score_mod
 from hir_pipeline.model.config import ATTENTION_BACKENDS
 
@@ -69,13 +70,8 @@ def structural_attention(
     layout: PackedLayout,
     tables: BiasTables,
     num_node_types: int,
-    *,
-    backend: str = "auto",
-    block_mask: BlockMask | None = None,
-    scale: float | None = None,
-    block_size: int = 128,
-    compile_flex: bool | None = None,
-    buckets: ViewBuckets | None = None,
+    options: AttentionOptions | None = None,
+    plan: BlockMask | ViewBuckets | None = None,
 ) -> Tensor:
     """Multi-head attention with Graphormer structural biases over a packed batch of views.
 
@@ -84,35 +80,32 @@ def structural_attention(
         layout: packed layout of the batch (``S == layout.seq_len``).
         tables: per-head :class:`BiasTables`.
         num_node_types: node-type vocabulary size.
-        backend: ``"auto"`` (see module docstring), ``"flex"``, ``"bucketed"``, ``"chunked"`` or ``"dense"``
-            (reference).
-        block_mask: precomputed view block mask (built from ``layout`` when ``None``); share it across layers.
-        scale: score scale, default ``1 / sqrt(D)``.
-        block_size: block size of the chunked path and of a block mask built here.
-        compile_flex: compile FlexAttention; default: on CUDA only. On CPU it also lets ``"auto"`` pick
-            FlexAttention for gradient-free calls.
-        buckets: precomputed :func:`~.bucketed.view_buckets` of ``layout`` for the view-sized path (built here
-            when ``None``); share it across layers.
+        options: backend, scale, block size and compilation (:class:`~.options.AttentionOptions`); default:
+            ``AttentionOptions()``.
+        plan: the per-batch plan of the backend that runs, shared across layers: the view block mask of
+            FlexAttention (:func:`~.masks.create_view_block_mask`) or the :func:`~.bucketed.view_buckets` of the
+            view-sized path; a plan of another kind, or ``None``, is built here from ``layout``.
 
     Returns:
         ``[1, H, S, D]``.
     """
+    options = AttentionOptions() if options is None else options
+    scale = options.scale
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *tables))
-    chosen = resolve_backend(backend, q, needs_grad, compile_cpu=bool(compile_flex))
+    chosen = resolve_backend(options.backend, q, needs_grad, compile_cpu=bool(options.compile_flex))
     if chosen == "bucketed":
+        buckets = plan if isinstance(plan, ViewBuckets) else None
         return bucketed_structural_attention(q, k, v, layout, tables, num_node_types, scale=scale, buckets=buckets)
     if chosen == "chunked":
-        return chunked_structural_attention(q, k, v, layout, tables, num_node_types, scale=scale,
-                                            block_size=block_size)
+        return chunked_structural_attention(q, k, v, layout, tables, num_node_types, options)
     if chosen == "dense":
         return dense_structural_attention(q, k, v, layout, tables, num_node_types, scale=scale)
-    if block_mask is None:
-        block_mask = create_view_block_mask(layout, block_size)
+    block_mask = plan if isinstance(plan, BlockMask) else create_view_block_mask(layout, options.block_size)
     if not needs_grad:
         # CPU FlexAttention rejects inputs that require grad even under no_grad
         q, k, v = q.detach(), k.detach(), v.detach()
         tables = BiasTables(*(t.detach() for t in tables))
     score_mod = layout_score_mod(tables, layout, num_node_types)
-    compile_flex = q.is_cuda if compile_flex is None else compile_flex
+    compile_flex = q.is_cuda if options.compile_flex is None else options.compile_flex
     fn = compiled_flex_attention() if compile_flex else flex_attention
     return fn(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)

@@ -10,9 +10,19 @@ same view ``v`` lives at ``pair_offset[v] + local_idx[q] * view_len[v] + local_i
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
+
+
+class BlockSpan(NamedTuple):
+    """A query block ``[qs, qe)`` and the contiguous key span ``[ks, ke)`` it may attend to (python ints)."""
+
+    qs: int
+    qe: int
+    ks: int
+    ke: int
 
 
 @dataclass
@@ -63,11 +73,14 @@ class PackedLayout:
         """Token positions of the anchors (first token) of the real views, long ``[V]``."""
         return self.view_start[: self.num_views]
 
-    def query_block_spans(self, block_size: int) -> list[tuple[int, int, int, int]]:
+    def query_block_spans(self, block_size: int) -> list[BlockSpan]:
         """For each query block ``[qs, qe)`` the contiguous key span ``[ks, ke)`` it may attend to.
 
         Views are contiguous, so the keys a block needs are those of its first to its last view.
-        Returns ``(qs, qe, ks, ke)`` tuples (python ints, computed once on the host).
+        Returns :class:`BlockSpan` tuples (python ints, computed once on the host).
+
+        Args:
+            block_size: query rows per block.
         """
         view_id = self.view_id.tolist()
         start = self.view_start.tolist()
@@ -77,7 +90,7 @@ class PackedLayout:
         for qs in range(0, s, block_size):
             qe = min(qs + block_size, s)
             first, last = view_id[qs], view_id[qe - 1]
-            spans.append((qs, qe, start[first], start[last] + length[last]))
+            spans.append(BlockSpan(qs, qe, start[first], start[last] + length[last]))
         return spans
 
 

@@ -36,16 +36,8 @@ class BiasTables(NamedTuple):
 
 
 def structural_bias(
-    dist_bias: Tensor,
-    type_pair_bias: Tensor,
-    edge_bias: Tensor,
-    dist: Tensor,
-    node_type: Tensor,
-    edge_type: Tensor,
-    view_id: Tensor,
-    local_idx: Tensor,
-    view_len: Tensor,
-    pair_offset: Tensor,
+    tables: BiasTables,
+    layout: PackedLayout,
     num_node_types: int,
     h: Tensor,
     q_idx: Tensor,
@@ -57,67 +49,56 @@ def structural_bias(
     Pairs from different views get an arbitrary in-range value; they are masked out by the view mask.
 
     Args:
-        dist_bias, type_pair_bias, edge_bias: the :class:`BiasTables` entries.
-        dist, node_type, edge_type, view_id, local_idx, view_len, pair_offset: :class:`PackedLayout` tensors.
+        tables: the per-head :class:`BiasTables`.
+        layout: the :class:`PackedLayout` whose index tensors (``dist``, ``node_type``, ``edge_type``,
+            ``view_id``, ``local_idx``, ``view_len``, ``pair_offset``) the pair is looked up in.
         num_node_types: ``T``, the node-type vocabulary size.
-        h, q_idx, kv_idx: head, query and key indices.
+        h: head index.
+        q_idx: query token index.
+        kv_idx: key token index.
     """
-    v = view_id[q_idx]
-    n = view_len[v]
+    v = layout.view_id[q_idx]
+    n = layout.view_len[v]
     # Clamp keys of other views into the query's block so the lookup never leaves the buffer.
-    lk = local_idx[kv_idx].minimum(n - 1)
-    pair = pair_offset[v] + local_idx[q_idx] * n + lk
-    d = dist[pair].long()
-    e = edge_type[pair].long()
-    tp = node_type[q_idx] * num_node_types + node_type[kv_idx]
-    return dist_bias[h, d] + type_pair_bias[h, tp] + edge_bias[h, e]
-
-
-def structural_bias_score_mod(
-    dist_bias: Tensor,
-    type_pair_bias: Tensor,
-    edge_bias: Tensor,
-    dist: Tensor,
-    node_type: Tensor,
-    edge_type: Tensor,
-    view_id: Tensor,
-    local_idx: Tensor,
-    view_len: Tensor,
-    pair_offset: Tensor,
-    num_node_types: int,
-) -> Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]:
-    """FlexAttention ``score_mod`` adding :func:`structural_bias` to the scaled dot-product score.
-
-    Args: see :func:`structural_bias` (all tensors on the device of q/k/v; the bias tables may require grad,
-    FlexAttention differentiates through captured tensors).
-    """
-
-    def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return score + structural_bias(
-            dist_bias, type_pair_bias, edge_bias, dist, node_type, edge_type, view_id, local_idx,
-            view_len, pair_offset, num_node_types, h, q_idx, kv_idx,
-        )
-
-    return score_mod
+    lk = layout.local_idx[kv_idx].minimum(n - 1)
+    pair = layout.pair_offset[v] + layout.local_idx[q_idx] * n + lk
+    d = layout.dist[pair].long()
+    e = layout.edge_type[pair].long()
+    tp = layout.node_type[q_idx] * num_node_types + layout.node_type[kv_idx]
+    return tables.dist[h, d] + tables.type_pair[h, tp] + tables.edge[h, e]
 
 
 def layout_score_mod(
     tables: BiasTables, layout: PackedLayout, num_node_types: int
 ) -> Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]:
-    """:func:`structural_bias_score_mod` for a :class:`~.layout.PackedLayout` and :class:`BiasTables`."""
-    return structural_bias_score_mod(
-        tables.dist, tables.type_pair, tables.edge, layout.dist, layout.node_type, layout.edge_type,
-        layout.view_id, layout.local_idx, layout.view_len, layout.pair_offset, num_node_types,
-    )
+    """FlexAttention ``score_mod`` adding :func:`structural_bias` to the scaled dot-product score.
+
+    The returned function closes over ``tables`` and ``layout``; FlexAttention lifts the tensors it reads from
+    them into its kernel (and differentiates through the bias tables when they require grad).
+
+    Args:
+        tables: per-head :class:`BiasTables` (on the device of q/k/v).
+        layout: the :class:`PackedLayout` of the batch (on the device of q/k/v).
+        num_node_types: ``T``, the node-type vocabulary size.
+    """
+
+    def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return score + structural_bias(tables, layout, num_node_types, h, q_idx, kv_idx)
+
+    return score_mod
 
 
 def layout_bias_block(
     tables: BiasTables, layout: PackedLayout, num_node_types: int, q_idx: Tensor, kv_idx: Tensor
 ) -> Tensor:
-    """Bias for all heads over the grid ``q_idx x kv_idx`` (1-D index tensors): float ``[H, |q|, |kv|]``."""
+    """Bias for all heads over the grid ``q_idx x kv_idx`` (1-D index tensors): float ``[H, |q|, |kv|]``.
+
+    Args:
+        tables: per-head :class:`BiasTables`.
+        layout: the packed layout.
+        num_node_types: ``T``, the node-type vocabulary size.
+        q_idx: long ``[|q|]`` query token indices.
+        kv_idx: long ``[|kv|]`` key token indices.
+    """
     h = torch.arange(tables.dist.shape[0], device=q_idx.device)[:, None, None]
-    return structural_bias(
-        tables.dist, tables.type_pair, tables.edge, layout.dist, layout.node_type, layout.edge_type,
-        layout.view_id, layout.local_idx, layout.view_len, layout.pair_offset, num_node_types,
-        h, q_idx[None, :, None], kv_idx[None, None, :],
-    )
+    return structural_bias(tables, layout, num_node_types, h, q_idx[None, :, None], kv_idx[None, None, :])

@@ -10,6 +10,7 @@ from hir_pipeline.evaluation.metrics import nmi
 from hir_pipeline.evaluation.report import comparison_plot, comparison_table
 from hir_pipeline.evaluation.runner import (
     BASELINES,
+    ClusterLevels,
     EvaluationSettings,
     align_levels,
     average_over_seeds,
@@ -73,13 +74,14 @@ def test_clustering_rows_nmi_and_usage():
              "p2": {"level0": 1, "level1": 3}, "adv": {"level0": 1, "level1": None}}
     coarse = np.array([5, 6, 5, 6, 6])  # matches level0 exactly
     fine = np.array([0, 1, 0, 1, 1])  # merges level1 pairs
-    rows = {(s, m): v for _, s, m, v in clustering_rows(ids, types, [coarse, fine], [8, 4], truth,
-                                                        ("level0", "level1"))}
+    rows = {(s, m): v for _, s, m, v in clustering_rows(ids, types, ClusterLevels([coarse, fine], [8, 4]),
+                                                        truth, ("level0", "level1"))}
     assert rows[("all", "nmi_level_0")] == pytest.approx(1.0)
     assert rows[("all", "nmi_level_1")] < 1.0  # 4 planted fine labels in 2 clusters; adv has none
     assert rows[("user", "nmi_level_0")] == pytest.approx(1.0)
     assert rows[("all", "clusters_used_level_0")] == 2 and rows[("all", "clusters_used_level_1")] == 2
-    assert ("all", "nmi_level_0") not in {(s, m) for _, s, m, _ in clustering_rows(ids, types, [coarse], [8])}
+    no_truth = clustering_rows(ids, types, ClusterLevels([coarse], [8]))
+    assert ("all", "nmi_level_0") not in {(s, m) for _, s, m, _ in no_truth}
 
 
 def _scores(users, recall) -> UserScores:
@@ -173,14 +175,16 @@ def test_clustering_rows_items_sharpness_and_tree_agreement():
     coarse = np.array([0, 1, 1, 1, 1])  # right for users, one item (adv) wrong
     fine = np.array([0, 1, 1, 2, 2])
     probs = [np.array([[0.9, 0.1], [0.2, 0.8], [0.4, 0.6], [0.3, 0.7], [0.5, 0.5]]), np.full((5, 3), 1 / 3)]
-    nmi_rows = {(s, m): v for _, s, m, v in clustering_rows(ids, types, [coarse], [2], truth, ("level0",))}
+    nmi_rows = {(s, m): v for _, s, m, v in clustering_rows(ids, types, ClusterLevels([coarse], [2]), truth,
+                                                            ("level0",))}
     assert nmi_rows[("user", "nmi_level_0")] == pytest.approx(1.0) and nmi_rows[("item", "nmi_level_0")] < 1.0
     assert nmi_rows[("item", "nmi_level_0")] == pytest.approx(nmi([1, 1, 0], [1, 1, 1]))
-    rows = {(s, m): v for _, s, m, v in clustering_rows(ids, types, [coarse, fine], [2, 3], probs=probs)}
+    rows = {(s, m): v for _, s, m, v in clustering_rows(ids, types, ClusterLevels([coarse, fine], [2, 3], probs))}
     assert rows[("all", "mean_top_probability_level_0")] == pytest.approx((0.9 + 0.8 + 0.6 + 0.7 + 0.5) / 5)
     assert rows[("user", "mean_top_probability_level_0")] == pytest.approx(0.85)
     assert rows[("item", "mean_top_probability_level_1")] == pytest.approx(1 / 3)
     assert rows[("all", "parent_agreement_level_1")] == 1.0  # majority parents: every fine cluster inside one
     published = [np.array([1, 1, 0])]  # a tree that puts fine 0 and 2 under the wrong parent: nodes 1, 2 agree
-    rows = {(s, m): v for _, s, m, v in clustering_rows(ids, types, [coarse, fine], [2, 3], parent_maps=published)}
+    clusters = ClusterLevels([coarse, fine], [2, 3], parent_maps=published)
+    rows = {(s, m): v for _, s, m, v in clustering_rows(ids, types, clusters)}
     assert rows[("all", "parent_agreement_level_1")] == pytest.approx(2 / 5)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from hir_pipeline.model.attention import (
+    AttentionOptions,
     BiasTables,
     bucketed_structural_attention,
     build_layout,
@@ -69,10 +70,10 @@ def test_chunked_and_dispatch_equal_flex_forward(block_size):
     layout = _random_layout(LENGTHS)
     tables = _tables()
     q, k, v = _qkv(layout.seq_len)
-    flex = structural_attention(q, k, v, layout, tables, T, backend="flex")
-    chunked = chunked_structural_attention(q, k, v, layout, tables, T, block_size=block_size)
+    flex = structural_attention(q, k, v, layout, tables, T, AttentionOptions(backend="flex"))
+    chunked = chunked_structural_attention(q, k, v, layout, tables, T, AttentionOptions(block_size=block_size))
     dense = dense_structural_attention(q, k, v, layout, tables, T)
-    auto = structural_attention(q, k, v, layout, tables, T, backend="auto", block_size=block_size)
+    auto = structural_attention(q, k, v, layout, tables, T, AttentionOptions(backend="auto", block_size=block_size))
     assert flex.shape == (1, H, layout.seq_len, D)
     torch.testing.assert_close(chunked, flex, atol=1e-5, rtol=0)
     torch.testing.assert_close(dense, flex, atol=1e-5, rtol=0)
@@ -84,11 +85,24 @@ def test_bucketed_equals_flex_forward(pad_to):
     layout = _random_layout(LENGTHS, pad_to=pad_to)
     tables = _tables()
     q, k, v = _qkv(layout.seq_len)
-    flex = structural_attention(q, k, v, layout, tables, T, backend="flex", block_size=pad_to)
+    flex = structural_attention(q, k, v, layout, tables, T, AttentionOptions(backend="flex", block_size=pad_to))
     bucketed = bucketed_structural_attention(q, k, v, layout, tables, T)
-    auto = structural_attention(q, k, v, layout, tables, T, backend="auto")  # CPU -> view-sized path
+    auto = structural_attention(q, k, v, layout, tables, T, AttentionOptions(backend="auto"))  # CPU -> view-sized path
     torch.testing.assert_close(bucketed, flex, atol=1e-5, rtol=0)
     torch.testing.assert_close(auto, flex, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("backend", ["flex", "bucketed"])
+def test_precomputed_plan_gives_the_same_output(backend):
+    """A plan of the backend that runs is used as is; a plan of another kind is ignored (built from the layout)."""
+    layout = _random_layout(LENGTHS)
+    tables = _tables()
+    q, k, v = _qkv(layout.seq_len)
+    options = AttentionOptions(backend=backend)
+    built = structural_attention(q, k, v, layout, tables, T, options)
+    plans = {"flex": create_view_block_mask(layout, options.block_size), "bucketed": view_buckets(layout)}
+    for plan in plans.values():
+        assert torch.equal(structural_attention(q, k, v, layout, tables, T, options, plan), built)
 
 
 def test_view_buckets_cover_every_token_once_with_view_sized_blocks():
@@ -114,7 +128,7 @@ def test_bucketed_gradients_match_dense_reference():
     q, k, v = _qkv(layout.seq_len, requires_grad=True)
     weight = torch.randn(1, H, layout.seq_len, D, generator=torch.Generator().manual_seed(5))
     inputs = [q, k, v, *tables]
-    out = structural_attention(q, k, v, layout, tables, T, backend="auto")  # -> bucketed (grad, CPU)
+    out = structural_attention(q, k, v, layout, tables, T, AttentionOptions(backend="auto"))  # -> bucketed (grad, CPU)
     grads = torch.autograd.grad((out * weight).sum(), inputs)
     ref = dense_structural_attention(q, k, v, layout, tables, T)
     ref_grads = torch.autograd.grad((ref * weight).sum(), inputs)
@@ -131,7 +145,7 @@ def test_chunked_gradients_match_dense_reference():
     weight = torch.randn(1, H, layout.seq_len, D, generator=torch.Generator().manual_seed(5))
     inputs = [q, k, v, *tables]
 
-    out = structural_attention(q, k, v, layout, tables, T, backend="chunked", block_size=16)
+    out = structural_attention(q, k, v, layout, tables, T, AttentionOptions(backend="chunked", block_size=16))
     grads = torch.autograd.grad((out * weight).sum(), inputs)
     ref = dense_structural_attention(q, k, v, layout, tables, T)
     ref_grads = torch.autograd.grad((ref * weight).sum(), inputs)
@@ -147,7 +161,7 @@ def test_views_do_not_see_each_other(backend):
     layout = _random_layout(lengths)
     tables = _tables()
     q, k, v = _qkv(layout.seq_len)
-    base = structural_attention(q, k, v, layout, tables, T, backend=backend)
+    base = structural_attention(q, k, v, layout, tables, T, AttentionOptions(backend=backend))
     # perturb view 1 entirely: its tokens and its structure
     q2, k2, v2 = (x.clone() for x in (q, k, v))
     for x in (q2, k2, v2):
@@ -155,7 +169,7 @@ def test_views_do_not_see_each_other(backend):
     off = int(layout.pair_offset[1])
     layout.dist[off:off + 900] = (layout.dist[off:off + 900] + 1) % 6
     layout.node_type[10:40] = (layout.node_type[10:40] + 1) % T
-    out = structural_attention(q2, k2, v2, layout, tables, T, backend=backend)
+    out = structural_attention(q2, k2, v2, layout, tables, T, AttentionOptions(backend=backend))
     keep = torch.ones(layout.seq_len, dtype=torch.bool)
     keep[10:40] = False
     torch.testing.assert_close(out[:, :, keep], base[:, :, keep], atol=1e-6, rtol=0)
@@ -167,11 +181,11 @@ def test_changing_one_distance_changes_the_output(backend):
     layout = _random_layout([12, 8])
     tables = _tables()
     q, k, v = _qkv(layout.seq_len)
-    base = structural_attention(q, k, v, layout, tables, T, backend=backend)
+    base = structural_attention(q, k, v, layout, tables, T, AttentionOptions(backend=backend))
     # view 1, pair (local 2 -> local 5): query token 12 + 2 = 14
     pos = int(layout.pair_offset[1]) + 2 * 8 + 5
     layout.dist[pos] = (layout.dist[pos] + 3) % 6
-    out = structural_attention(q, k, v, layout, tables, T, backend=backend)
+    out = structural_attention(q, k, v, layout, tables, T, AttentionOptions(backend=backend))
     changed = (out - base).abs().amax(dim=(0, 1, 3)) > 1e-6
     assert changed.nonzero().flatten().tolist() == [14]
 

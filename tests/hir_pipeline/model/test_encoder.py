@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from hir_pipeline.model import HIRModel, ModelConfig, NodeFeatures, hash_id_buckets, pack_views
+from hir_pipeline.model import HIRModel, ModelConfig, NodeColumns, NodeFeatures, hash_id_buckets, pack_views
 
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 
@@ -21,8 +21,8 @@ def _graph(n=30, seed=0):
     node_type = rng.integers(0, 6, n)
     content = rng.normal(size=(n, CFG.content_dim)).astype(np.float32)
     has_content = node_type != 0
-    feats = NodeFeatures.from_arrays([f"id{i}" for i in range(n)], node_type, rng.integers(0, 16, n),
-                                     np.arange(n) % 2 == 0, CFG.id_buckets, content, has_content)
+    nodes = NodeColumns([f"id{i}" for i in range(n)], node_type, rng.integers(0, 16, n), np.arange(n) % 2 == 0)
+    feats = NodeFeatures.from_arrays(nodes, CFG.id_buckets, content, has_content)
     views = []
     for a in range(8):
         m = int(rng.integers(1, 9))
@@ -232,8 +232,9 @@ def test_node_features_default_to_no_structure():
     feats, _ = _graph()
     assert feats.structure.shape == (feats.num_nodes, 0)
     rows = np.ones((feats.num_nodes, 3), dtype=np.float32)
-    built = NodeFeatures.from_arrays([f"id{i}" for i in range(feats.num_nodes)], feats.node_type,
-                                     feats.degree_bucket, feats.has_history, CFG.id_buckets, structure=rows)
+    nodes = NodeColumns([f"id{i}" for i in range(feats.num_nodes)], feats.node_type, feats.degree_bucket,
+                        feats.has_history)
+    built = NodeFeatures.from_arrays(nodes, CFG.id_buckets, structure=rows)
     assert built.structure.dtype == torch.float32 and built.structure.shape == (feats.num_nodes, 3)
     assert built.to("cpu").structure.shape == (feats.num_nodes, 3)
 

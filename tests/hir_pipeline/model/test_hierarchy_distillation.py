@@ -8,6 +8,7 @@ from torch import nn
 
 from hir_pipeline.model import (
     HierarchicalDINOLoss,
+    InBatchNegatives,
     PrototypeHierarchy,
     cluster_perplexity,
     ema_update,
@@ -89,7 +90,8 @@ def test_engagement_infonce_prefers_aligned_pairs_and_weights():
     # duplicate item ids are not negatives of each other
     ids = torch.tensor([0, 0, 1, 2, 3, 4])
     dup = torch.stack([items[1], items[1], *items[2:]])
-    masked = engagement_infonce(users, dup, torch.ones(6), 0.1, item_ids=ids, user_ids=torch.arange(6))
+    masked = engagement_infonce(users, dup, torch.ones(6), 0.1,
+                                InBatchNegatives(user_ids=torch.arange(6), item_ids=ids))
     unmasked = engagement_infonce(users, dup, torch.ones(6), 0.1)
     assert masked < unmasked
 
@@ -101,11 +103,13 @@ def test_engagement_logq_correction_stops_penalising_popular_candidates():
     ones = torch.ones(8)
     uniform = torch.full((8,), -2.0)  # equal sampling probabilities shift every logit alike: no change
     torch.testing.assert_close(engagement_infonce(users, items, ones, 0.1),
-                               engagement_infonce(users, items, ones, 0.1, user_log_q=uniform, item_log_q=uniform))
+                               engagement_infonce(users, items, ones, 0.1,
+                                                  InBatchNegatives(user_log_q=uniform, item_log_q=uniform)))
     # item 0 is very popular: as a negative it is corrected down, so the other pairs' loss drops
     pop = torch.tensor([0.0, -5, -5, -5, -5, -5, -5, -5])
     plain = engagement_infonce(users, items, torch.tensor([0.0, 1, 1, 1, 1, 1, 1, 1]), 0.1)
-    corrected = engagement_infonce(users, items, torch.tensor([0.0, 1, 1, 1, 1, 1, 1, 1]), 0.1, item_log_q=pop)
+    corrected = engagement_infonce(users, items, torch.tensor([0.0, 1, 1, 1, 1, 1, 1, 1]), 0.1,
+                                   InBatchNegatives(item_log_q=pop))
     assert corrected < plain
 
 
@@ -118,22 +122,23 @@ def test_known_positive_is_never_a_negative():
     known = torch.eye(4, dtype=torch.bool)
     known[0, 1] = True
     only_row = torch.tensor([1.0, 0, 0, 0])  # the weighted mean picks row 0's loss
-    got = engagement_infonce(users, items, only_row, 0.2, positive_mask=known)
+    got = engagement_infonce(users, items, only_row, 0.2, InBatchNegatives(positive_mask=known))
     logits = users @ items.t() / 0.2
     by_user = -torch.log_softmax(logits[0, [0, 2, 3]], 0)[0]  # item 1 left out
     by_item = -torch.log_softmax(logits[:, 0], 0)[0]  # item 0's candidates: every user
     torch.testing.assert_close(got, 0.5 * (by_user + by_item))
-    row1 = engagement_infonce(users, items, torch.tensor([0.0, 1, 0, 0]), 0.2, positive_mask=known)
+    row1 = engagement_infonce(users, items, torch.tensor([0.0, 1, 0, 0]), 0.2, InBatchNegatives(positive_mask=known))
     by_item1 = -torch.log_softmax(logits[[1, 2, 3], 1], 0)[0]  # user 0 is no negative of item 1
     torch.testing.assert_close(row1, 0.5 * (-torch.log_softmax(logits[1], 0)[1] + by_item1))
     # the similarity of a masked pair gets no gradient at all
     u = users.clone().requires_grad_(True)
-    engagement_infonce(u, items, torch.tensor([1.0, 0, 0, 0]), 0.2, positive_mask=known).backward()
+    engagement_infonce(u, items, torch.tensor([1.0, 0, 0, 0]), 0.2, InBatchNegatives(positive_mask=known)).backward()
     grad_dir = u.grad[0]
     u2 = users.clone().requires_grad_(True)
     items_moved = items.clone()
     items_moved[1] = -items_moved[1]  # moving the known positive changes nothing for row 0
-    engagement_infonce(u2, items_moved, torch.tensor([1.0, 0, 0, 0]), 0.2, positive_mask=known).backward()
+    known_only = InBatchNegatives(positive_mask=known)
+    engagement_infonce(u2, items_moved, torch.tensor([1.0, 0, 0, 0]), 0.2, known_only).backward()
     torch.testing.assert_close(grad_dir, u2.grad[0])
 
 

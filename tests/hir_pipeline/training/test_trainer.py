@@ -16,7 +16,7 @@ from hir_pipeline.model.batch import pack_views
 from hir_pipeline.model.encoder import NodeInputEmbedding
 from hir_pipeline.model.tree import majority_parents
 from hir_pipeline.training import Trainer, augment_view, infer, latest_checkpoint
-from hir_pipeline.training.toy import make_toy_graph
+from hir_pipeline.training.toy import ToyGraphSettings, make_toy_graph
 
 MODEL = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, out_dim=8, content_dim=8, id_buckets=64,
                     level_sizes=(2, 4), max_dist=3, attn_block_size=16, teacher_temp=0.07)
@@ -24,8 +24,8 @@ MODEL = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, out_dim=8, content
 
 @pytest.fixture(scope="module")
 def toy():
-    return make_toy_graph(num_communities=2, users_per=6, items_per=4, content_dim=8, broad_cap=12,
-                          narrow_cap=6, id_buckets=64, seed=0)
+    return make_toy_graph(ToyGraphSettings(num_communities=2, users_per=6, items_per=4, content_dim=8, broad_cap=12,
+                                           narrow_cap=6, id_buckets=64, seed=0))
 
 
 def _train_cfg(tmp_path, **kw):

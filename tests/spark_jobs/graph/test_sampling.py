@@ -7,6 +7,9 @@ import numpy as np
 import pytest
 
 from spark_jobs.graph.sampling import (
+    AdjacencyRows,
+    NodeRows,
+    PairRows,
     ViewGraph,
     build_view_batch,
     hop_prefix,
@@ -49,9 +52,9 @@ def _random_graph(rng, n=60, p=0.08, hub_cap=6, weights=None):
         p_fwd.append(types.get((a, b), 0))
         p_bwd.append(types.get((b, a), 0))
     graph = ViewGraph.from_arrays(
-        np.arange(n), rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64), rng.integers(0, 5, n),
-        np.array(adj_src, dtype=np.int64), np.array(adj_dst), np.array(adj_w), np.array(adj_cap),
-        np.array(p_src, dtype=np.int64), np.array(p_dst), np.array(p_fwd), np.array(p_bwd),
+        NodeRows(np.arange(n), rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64), rng.integers(0, 5, n)),
+        AdjacencyRows(np.array(adj_src, dtype=np.int64), np.array(adj_dst), np.array(adj_w), np.array(adj_cap)),
+        PairRows(np.array(p_src, dtype=np.int64), np.array(p_dst), np.array(p_fwd), np.array(p_bwd)),
     )
     return graph, types, list(zip(p_src, p_dst, strict=True))
 
@@ -135,8 +138,9 @@ def test_weighted_sample_frequencies():
     dst = src + np.tile([1, 2, 3], stars)
     n = 4 * stars
     graph = ViewGraph.from_arrays(
-        np.arange(n), rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64), np.zeros(n), src, dst,
-        np.tile(weights, stars), np.zeros(len(src), dtype=bool), [], [], [], [],
+        NodeRows(np.arange(n), rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64), np.zeros(n)),
+        AdjacencyRows(src, dst, np.tile(weights, stars), np.zeros(len(src), dtype=bool)),
+        PairRows([], [], [], []),
     )
     got = sample_batch(graph, centre, (1,), seed=5, view="broad", max_view_nodes=8)
     picked = got.nodes[got.ptr[:-1] + 1] - centre
