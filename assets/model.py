@@ -217,8 +217,9 @@ def interest_model(
             mlf.log_metrics(epoch_metrics(metrics), step=epoch)
             trained.append(epoch)
             elapsed = stages.elapsed("train")
-            left = train_cfg.epochs - epoch - 1
-            context.log.info(f"epoch {epoch + 1}/{train_cfg.epochs} done: loss {metrics['loss']:.4f}"
+            planned = int(metrics.get("planned_epochs", train_cfg.epochs))  # fewer under a schedule budget
+            left = planned - epoch - 1
+            context.log.info(f"epoch {epoch + 1}/{planned} done: loss {metrics['loss']:.4f}"
                              + (f", ~{elapsed / len(trained) * left:.0f}s to go" if left else ""))
             if left and config.time_budget_s is not None and elapsed >= config.time_budget_s:
                 raise dg.Failure(

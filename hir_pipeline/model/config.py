@@ -228,6 +228,11 @@ class TrainConfig:
             distribution the DINO loss fits to the teacher's targets (the centers are a running mean of *teacher*
             logits and belong to the teacher, whose probabilities stay ``softmax((logits - center) /
             teacher_temp)``).
+        schedule_budget_s: fit the schedule into this many seconds of training (``None``: no limit, the schedule
+            is exactly ``epochs``): after each epoch, the epochs that no longer fit at the mean epoch time so far are
+            dropped and the learning-rate and EMA schedules end at the new last epoch, so a slow machine trains
+            fewer, complete-schedule epochs instead of stopping mid-schedule. The number of epochs then depends on
+            the machine's speed.
         engagement_weights: weight of an engaged (user, item) pair in the engagement loss per funnel stage,
             aligned with the graph's funnel (0 = not engagement); ``None``: the stage's depth above the first
             (``0, 1, 2, 3`` for the default funnel).
@@ -254,9 +259,12 @@ class TrainConfig:
     pad_to: int = 128
     infer_batch_size: int = 256
     published_encoder: PublishedEncoder = "student"
+    schedule_budget_s: float | None = None
     engagement_weights: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.schedule_budget_s is not None and self.schedule_budget_s <= 0:
+            raise ValueError("schedule_budget_s must be > 0 (or None: no limit)")
         if self.id_lr is not None and self.id_lr < 0:
             raise ValueError("id_lr must be >= 0 (or None: lr)")
         if self.published_encoder not in PUBLISHED_ENCODERS:

@@ -142,7 +142,8 @@ class Trainer:
             self.bank = [torch.zeros(n, k, dtype=torch.float16, device=self.device) for k in model_cfg.level_sizes]
             self.bank_filled = torch.zeros(n, dtype=torch.bool, device=self.device)
         self.steps_per_epoch = math.ceil(len(self.anchors) / train_cfg.batch_size)
-        self.total_steps = self.steps_per_epoch * train_cfg.epochs
+        self.epochs = train_cfg.epochs  # planned; fewer when they do not fit ``schedule_budget_s``
+        self.total_steps = self.steps_per_epoch * self.epochs
         self.epoch = 0  # next epoch to run
         self.history: list[dict[str, Any]] = []
 
@@ -427,14 +428,19 @@ class Trainer:
         return metrics
 
     def fit(self) -> list[dict[str, Any]]:
-        """Train to ``epochs`` (resuming first when a checkpoint exists); returns the per-epoch metrics."""
+        """Train to ``epochs`` (resuming first when a checkpoint exists; fewer when ``schedule_budget_s`` says so);
+        returns the per-epoch metrics."""
         self.maybe_resume()
         log.info("training on %s: %d anchors, %d steps/epoch, epochs %d..%d, bf16=%s", self.device,
                  len(self.anchors), self.steps_per_epoch, self.epoch, self.cfg.epochs - 1, self.use_bf16)
-        while self.epoch < self.cfg.epochs:
+        start, trained = time.perf_counter(), 0
+        while self.epoch < self.epochs:
             epoch = self.epoch
             metrics = self._run_epoch(epoch)
-            self.epoch = epoch + 1
+            self.epoch, trained = epoch + 1, trained + 1
+            if self.cfg.schedule_budget_s is not None:
+                self.fit_schedule_to_budget(time.perf_counter() - start, trained)
+            metrics["planned_epochs"] = self.epochs
             self.history.append(metrics)
             self.save_checkpoint()
             log.info("epoch %d done in %.1fs: loss %.4f dino %.4f engagement %.4f perplexity %s", epoch,
@@ -443,6 +449,22 @@ class Trainer:
             if self.on_epoch_end is not None:
                 self.on_epoch_end(epoch, metrics)
         return self.history
+
+    def fit_schedule_to_budget(self, elapsed_s: float, trained: int) -> None:
+        """Drop the planned epochs that no longer fit ``schedule_budget_s`` at the mean epoch time of this call, and
+        end the learning-rate and EMA schedules at the new last epoch (never before the epoch just finished).
+
+        Args:
+            elapsed_s: training seconds of this call so far.
+            trained: epochs this call trained.
+        """
+        left = self.cfg.schedule_budget_s - elapsed_s
+        fitting = self.epoch + max(0, int(left // (elapsed_s / trained)))
+        if fitting < self.epochs:
+            log.info("schedule budget %.0fs: %d of %d epochs fit at %.1fs each; the schedules now end at epoch %d",
+                     self.cfg.schedule_budget_s, fitting, self.cfg.epochs, elapsed_s / trained, fitting)
+            self.epochs = fitting
+            self.total_steps = self.steps_per_epoch * self.epochs
 
     def centers(self) -> list[torch.Tensor]:
         """The teacher centers per level (subtracted from the teacher logits before the cluster softmax)."""

@@ -350,3 +350,22 @@ def test_engagement_temperature_is_learned_or_fixed(toy):
     assert fixed.fit()[-1]["engagement_temp"] == pytest.approx(MODEL.engagement_temp)
     with pytest.raises(ValueError, match="engagement_temp_mode"):
         ModelConfig(engagement_temp_mode="tuned")
+
+
+def test_a_schedule_budget_drops_the_epochs_that_do_not_fit_and_ends_the_schedules_there(toy, tmp_path):
+    def trained(budget):
+        trainer = Trainer(MODEL, _train_cfg(tmp_path / str(budget), epochs=4, schedule_budget_s=budget),
+                          toy.features, toy.broad_views, toy.narrow_views, toy.engagement)
+        return trainer, trainer.fit()
+
+    # A budget spent by the first epoch: that epoch is the last, and the schedules end with it.
+    tight, history = trained(1e-6)
+    assert len(history) == 1 and history[0]["planned_epochs"] == 1 and tight.epochs == 1
+    assert tight.total_steps == tight.steps_per_epoch
+    assert tight.lr_at(tight.total_steps) == pytest.approx(tight.cfg.min_lr)
+    # A budget every epoch fits: the planned schedule, unchanged.
+    loose, history = trained(1e6)
+    assert len(history) == 4 and [h["planned_epochs"] for h in history] == [4] * 4
+    assert loose.total_steps == 4 * loose.steps_per_epoch
+    with pytest.raises(ValueError, match="schedule_budget_s"):
+        TrainConfig(schedule_budget_s=0)
