@@ -19,6 +19,7 @@ from typing import NoReturn
 
 from dotenv import dotenv_values
 
+from hir_pipeline.profiles import PROFILE_CHOICES, choose_profile
 from hir_pipeline.run_console import native_stderr_to
 from hir_pipeline.settings import cache_dir, default_lake_root, project_root, state_dir
 
@@ -196,13 +197,15 @@ def cmd_materialize(args: argparse.Namespace) -> int:
 def _materialize(args: argparse.Namespace, log_path: Path, err) -> bool:
     lake = args.lake or default_lake_root()
     partition, window, first_event = _resolve_partition(args.source, args.partition)
-    print(f"hir: source={args.source} lake={lake} run date={partition} ingestion window={window}", flush=True)
+    profile = choose_profile(args.profile)
+    print(f"hir: source={args.source} lake={lake} run date={partition} ingestion window={window} "
+          f"profile={profile}", flush=True)
     start_partitions_at(lake, first_event)
     import dagster as dg
 
     from hir_pipeline.definitions import NIGHTLY_JOB, build_definitions
 
-    defs = build_definitions(lake_root=lake, source=args.source)
+    defs = build_definitions(lake_root=lake, source=args.source, profile=profile)
     nightly = job = defs.resolve_job_def(NIGHTLY_JOB)
     if args.select:
         job = job.get_subset(asset_selection=set(dg.AssetSelection.from_string(args.select).resolve(
@@ -272,7 +275,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from assets import ASSET_MODULES
     from hir_pipeline.definitions import default_resources
 
-    resources = default_resources(args.lake, args.source)
+    resources = default_resources(args.lake, args.source, args.profile)
     print(f"hir evaluate: source={args.source} lake={resources['lake'].root} run date={partition}", flush=True)
     run_config = evaluation_run_config(args.config, resources)
     run_config["ops"].setdefault("bronze_tables", {}).setdefault("config", {})["window"] = window
@@ -418,7 +421,11 @@ def build_parser() -> argparse.ArgumentParser:
     mat.add_argument("--select", default=None,
                      help="Dagster asset selection, e.g. 'group:ingestion' or 'key:entities+' (default: all)")
     mat.add_argument("--config", default=None, metavar="YAML",
-                     help="Dagster run config (ops: {asset: {config: ...}}), e.g. config/cpu_sample.yaml")
+                     help="Dagster run config (ops: {asset: {config: ...}}, resources: ...), applied over the "
+                          "profile's settings")
+    mat.add_argument("--profile", choices=PROFILE_CHOICES, default=None,
+                    help="model settings that fit the machine: cpu (small model, short schedule, schedule budget) "
+                         "or gpu (the production schedule); default: HIR_PROFILE, else gpu when one is visible")
     mat.set_defaults(func=cmd_materialize)
 
     ev = sub.add_parser("evaluate", help="evaluate HIR against the baselines on a source, without a nightly run")
@@ -430,6 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--config", default=None, metavar="YAML",
                     help="run config whose resources and evaluation_report (ingestion, content) config are used, "
                          "e.g. config/cpu_sample.yaml")
+    ev.add_argument("--profile", choices=PROFILE_CHOICES, default=None,
+                    help="model settings that fit the machine: cpu (small model, short schedule, schedule budget) "
+                         "or gpu (the production schedule); default: HIR_PROFILE, else gpu when one is visible")
     ev.add_argument("--epochs", type=int, default=None, help="override the evaluation model's training epochs")
     ev.add_argument("--report", default=None, metavar="PATH", help="also write the comparison table (markdown)")
     ev.set_defaults(func=cmd_evaluate)

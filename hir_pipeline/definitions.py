@@ -55,16 +55,22 @@ def nightly_run_tags() -> dict[str, str]:
     return {dg.MAX_RUNTIME_SECONDS_TAG: str(seconds)} if seconds else {}
 
 
-def default_resources(lake_root: str | None = None, source: str | None = None) -> dict[str, dg.ConfigurableResource]:
-    """Embedded defaults (local Spark, a local lake, SQLite MLflow, the default graph and model settings).
+def default_resources(lake_root: str | None = None, source: str | None = None,
+                      profile: str | None = None) -> dict[str, dg.ConfigurableResource]:
+    """Embedded defaults (local Spark, a local lake, SQLite MLflow, the default graph settings, the model settings
+    of the machine's profile).
 
     Each is overridable by environment where it says so, and by the ``resources:`` section of a run config.
 
     Args:
         lake_root: Delta lake root; default ``HIR_LAKE`` or ``.hir/lake``.
         source: ``movielens``, ``synthetic`` or a source folder; default ``HIR_SOURCE`` or ``movielens``.
+        profile: ``cpu``, ``gpu`` or ``auto`` (:func:`hir_pipeline.profiles.choose_profile`; default ``HIR_PROFILE``,
+            else by the device found).
     """
     import os
+
+    from hir_pipeline.profiles import choose_profile, profile_model_settings
 
     return {
         "spark": SparkResource(master=default_spark_master()),
@@ -75,13 +81,15 @@ def default_resources(lake_root: str | None = None, source: str | None = None) -
         "source": SourceResource(location=source or os.environ.get("HIR_SOURCE", "movielens")),
         # one set of graph settings (funnel, max_dist, ...) for ingestion, the graph, the model and the evaluation
         "graph_settings": GraphSettingsResource(),
-        # one set of model and training settings for interest_model and the evaluation's fallback
-        "model_settings": ModelSettingsResource(),
+        # one set of model and training settings for interest_model and the evaluation's fallback: the profile's
+        "model_settings": ModelSettingsResource(**profile_model_settings(choose_profile(profile))),
     }
 
 
-def build_definitions(lake_root: str | None = None, source: str | None = None) -> dg.Definitions:
-    """All definitions, with resources pointing at ``lake_root`` and ``source``."""
+def build_definitions(lake_root: str | None = None, source: str | None = None,
+                      profile: str | None = None) -> dg.Definitions:
+    """All definitions, with resources pointing at ``lake_root`` and ``source``, and the model settings of
+    ``profile`` (:func:`default_resources`)."""
     # Downstream partitions re-run when an upstream partition of the same date changes (sensor, daemon).
     assets = with_upstream_refresh(dg.load_assets_from_modules(ASSET_MODULES))
     checks = dg.load_asset_checks_from_modules(ASSET_MODULES)
@@ -108,7 +116,7 @@ def build_definitions(lake_root: str | None = None, source: str | None = None) -
         jobs=[nightly, maintenance],
         schedules=[schedule, maintenance_schedule],
         sensors=[upstream_refresh_sensor],
-        resources=default_resources(lake_root, source),
+        resources=default_resources(lake_root, source, profile),
         executor=dg.in_process_executor,
     )
 

@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap_env.sh
 .venv/bin/hir setup
-exec .venv/bin/hir materialize --source movielens --config config/cpu_sample.yaml "$@"
+exec .venv/bin/hir materialize --source movielens "$@"   # the machine's profile (cpu without a GPU)
