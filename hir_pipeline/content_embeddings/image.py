@@ -5,16 +5,19 @@ Convolutional Neural Networks", Lite variant): the global-average-pooled output 
 (1280-d), before the ImageNet classifier. Any transformers vision model folder works too (pooled output, or
 ``get_image_features`` for CLIP-style dual encoders, Radford et al., 2021).
 
-Images are read from local paths (or ``file://`` URIs). Grayscale images (e.g. Fashion-MNIST's 28x28) are
-replicated to RGB and resized to the model's resolution. A missing or unreadable image never fails the batch:
-its row gets no vector and an error reason (:class:`ImageError`).
+Images are read through fsspec (``fsspec.open(uri, "rb")``): plain paths and ``file://`` URIs, ``http(s)://``
+(fsspec's HTTP backend needs ``aiohttp``) and object stores whose fsspec package is installed (``s3://`` with
+``s3fs``, ``gs://`` with ``gcsfs``, ``abfs://`` with ``adlfs``; credentials from those packages' usual environment
+variables and config files). Grayscale images (e.g. Fashion-MNIST's 28x28) are replicated to RGB and resized to the
+model's resolution. A missing, unreachable or unreadable image never fails the batch: its row gets no vector and an
+error reason (:class:`ImageError`).
 """
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import numpy as np
@@ -31,32 +34,73 @@ EFFICIENTNET_LITE0_DIM = 1280
 class ImageError:
     """Why an image could not be embedded; stored verbatim in ``content_embeddings.image_error``."""
 
+    #: nothing at that path or URL (a local file, an object, an HTTP 404).
     MISSING_FILE = "missing_file"
+    #: the bytes were read but are not an image Pillow can decode.
     UNREADABLE = "unreadable_image"
+    #: a scheme fsspec does not know, or whose fsspec package (s3fs, gcsfs, aiohttp for http, ...) is not installed.
     UNSUPPORTED_URI = "unsupported_uri"
+    #: the storage failed to deliver the bytes (network error, timeout, permission denied).
+    FETCH_FAILED = "fetch_failed"
 
 
-def local_path(uri: str) -> Path | None:
-    """The local file a URI names (plain path or ``file://``); ``None`` for other schemes (s3://, http://)."""
-    parsed = urlparse(uri)
-    if parsed.scheme == "file":
-        return Path(unquote(parsed.path))
-    if parsed.scheme == "" or (len(parsed.scheme) == 1 and uri[1:3] in (":\\", ":/")):  # Windows drive letter
-        return Path(uri)
-    return None
+def _is_missing(exc: BaseException) -> bool:
+    """Whether a ``FileNotFoundError`` means "nothing there" rather than a failed fetch.
+
+    fsspec's HTTP backend raises ``FileNotFoundError(url)`` chained from the ``aiohttp`` error, whether the server
+    answered 404 / 410 or could not be reached at all (or answered another error status).
+
+    Args:
+        exc: the exception ``fsspec.open`` or the read raised.
+    """
+    while exc is not None:
+        if getattr(exc, "status", None) in (404, 410):  # an HTTP "not found" / "gone" response
+            return True
+        if not isinstance(exc, FileNotFoundError | IsADirectoryError):
+            return False
+        exc = exc.__cause__
+    return True
+
+
+def read_bytes(uri: str) -> bytes | str:
+    """The bytes at ``uri`` (a local path or any URI fsspec opens), or the :class:`ImageError` reason.
+
+    Args:
+        uri: plain path, ``file://``, ``http(s)://`` or an object-store URI.
+    """
+    import fsspec
+
+    if urlparse(uri).scheme == "file":  # fsspec takes a file:// path verbatim; file URIs are percent-encoded
+        uri = unquote(urlparse(uri).path)
+    try:
+        with fsspec.open(uri, "rb") as fh:
+            return fh.read()  # whole file: images are small, and one read is one request on remote storage
+    except (FileNotFoundError, IsADirectoryError) as exc:
+        if _is_missing(exc):
+            return ImageError.MISSING_FILE
+        log.debug("Image %s could not be fetched: %r", uri, exc.__cause__)
+        return ImageError.FETCH_FAILED
+    except (ImportError, ValueError) as exc:  # fsspec: "Install s3fs to access S3" / "Protocol not known: x"
+        log.debug("Image %s: %s", uri, exc)
+        return ImageError.UNSUPPORTED_URI
+    except Exception as exc:  # backends raise their own types (OSError, aiohttp.ClientError, timeouts, ...)
+        log.debug("Image %s could not be fetched: %r", uri, exc)
+        return ImageError.FETCH_FAILED
 
 
 def load_image(uri: str):
-    """Open an image as RGB (a PIL image) or return the :class:`ImageError` reason."""
+    """Open the image at ``uri`` as RGB (a PIL image) or return the :class:`ImageError` reason.
+
+    Args:
+        uri: plain path, ``file://``, ``http(s)://`` or an object-store URI (see :func:`read_bytes`).
+    """
     from PIL import Image
 
-    path = local_path(uri)
-    if path is None:
-        return ImageError.UNSUPPORTED_URI
+    data = read_bytes(uri)
+    if isinstance(data, str):
+        return data
     try:
-        if not path.is_file():
-            return ImageError.MISSING_FILE
-        with Image.open(path) as img:
+        with Image.open(io.BytesIO(data)) as img:
             img.load()
             return img.convert("RGB")  # grayscale (L), palette and RGBA all become 3-channel RGB
     except Exception:

@@ -1,4 +1,4 @@
-"""Offline evaluation of interest representations (torch / numpy / scipy only; no Spark, no Dagster).
+"""Offline evaluation of interest representations (torch / numpy / scipy / scikit-learn; no Spark, no Dagster).
 
 * :mod:`~hir_pipeline.evaluation.data` - the user x item evaluation data of one split;
 * :mod:`~hir_pipeline.evaluation.metrics` - Recall@K, NDCG@K, NMI, cluster usage;

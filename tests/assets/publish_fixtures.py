@@ -130,3 +130,15 @@ def kill_when(proc: subprocess.Popen, ready, timeout_s: float = 420.0) -> None:
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
+
+
+def logged_images(client, run_id: str) -> dict[tuple[str, int], str]:
+    """``{(key, step): artifact path}`` of a run's full-resolution MLflow images, read back from the artifact names
+    that MLflow's UI reads them from (``images/<key, / as ~>+step+<step>+timestamp+<ms>+<uuid>.png``)."""
+    found = {}
+    for artifact in client.list_artifacts(run_id, "images"):
+        name = artifact.path.rsplit("/", 1)[-1]
+        if name.endswith(".png"):
+            key, _, step, *_ = name[: -len(".png")].split("+")
+            found[(key.replace("~", "/"), int(step))] = artifact.path
+    return found

@@ -20,6 +20,7 @@ from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL
 from spark_jobs.delta_io import read_table, replace_run_date
 from spark_jobs.graph import build_edges, build_nodes, build_views
 from tests.assets.conftest import RUN_DATE, make_resources
+from tests.dagster_instance import ephemeral_instance
 
 DAY = dt.date.fromisoformat(RUN_DATE)
 #: max_dist 3, not the default 4: the model's follows it.
@@ -101,7 +102,7 @@ def _client(resources):
 
 @pytest.fixture(scope="module")
 def first_run(spark, model_lake):
-    instance = dg.DagsterInstance.ephemeral()
+    instance = ephemeral_instance()  # with the committed python_logs: the trainer's lines reach the run log
     result = _materialize(model_lake, instance=instance)
     assert result.success
     meta = result.asset_materializations_for_node("interest_model")[0].metadata

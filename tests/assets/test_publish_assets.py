@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from assets.publish import publish_tables
+from assets.publish import publish_tables, run_date_step
 from hir_pipeline.contracts import OUTPUT_TABLES
 from hir_pipeline.query import Publication
 from resources import LakeResource
@@ -26,6 +26,7 @@ from tests.assets.publish_fixtures import (
     copy_inputs,
     ground_truth,
     kill_when,
+    logged_images,
     spawn,
     tag_training_run,
     write_model_tables,
@@ -165,8 +166,9 @@ def test_mlflow_lineage(runs):
     assert run.data.tags["hir.published.run_date"] == str(D2)
     assert {run.data.metrics[f"publish.stability.level_{lvl}"] for lvl in range(3)} == {1.0}
     assert run.data.metrics["publish.rows.node_embeddings"] == len(runs["truth"])
-    names = {Path(a.path).name for a in client.list_artifacts(runs["run2"], "publish")}
-    assert names == {"cluster_hierarchy.png", "embedding_map.png"}
+    step = run_date_step(D2)
+    assert set(logged_images(client, runs["run2"])) == {("publish/cluster_hierarchy", step),
+                                                         ("publish/embedding_map", step)}
     inputs = {d.dataset.name: {t.key: t.value for t in d.tags} for d in run.inputs.dataset_inputs}
     assert {f"{t}@v{versions[t]}" for t in OUTPUT_TABLES} <= set(inputs)
     assert all(tags["mlflow.data.context"] == "published" for tags in inputs.values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,7 @@ def images(tmp_path_factory) -> dict[str, str]:
     Image.fromarray(rgb).save(root / "rgb.jpg")
     (root / "corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
     return {"gray": str(root / "gray.png"), "rgb": str(root / "rgb.jpg"), "corrupt": str(root / "corrupt.png"),
-            "missing": str(root / "nope.png"), "uri": (root / "gray.png").as_uri(), "remote": "s3://bucket/x.png"}
+            "missing": str(root / "nope.png"), "uri": (root / "gray.png").as_uri(), "remote": "hirnosuch://bucket/x.png"}
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,51 @@ def test_efficientnet_embeds_grayscale_and_reports_errors(efficientnet, images):
     np.testing.assert_array_equal(vectors[[1, 3, 5]], 0)
     np.testing.assert_allclose(vectors[0], vectors[4], atol=1e-6)  # file:// URI == plain path
     assert vectors[0] @ vectors[2] < 0.999  # different images, different features
+
+
+@pytest.fixture(scope="module")
+def http_root(images):
+    """``http://127.0.0.1:<port>`` of a real HTTP server (a thread) serving the images' folder."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(Path(images["gray"]).parent))
+    handler.log_message = lambda *args: None  # keep the test output quiet
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_images_are_read_through_fsspec_from_paths_file_uris_and_http(efficientnet, images, http_root, tmp_path):
+    pytest.importorskip("aiohttp", reason="fsspec's HTTP backend needs aiohttp")
+    spaced = tmp_path / "with space #1.png"
+    spaced.write_bytes(Path(images["gray"]).read_bytes())
+    with socket.socket() as s:  # a port nothing listens on: the fetch fails, the file is not "missing"
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/gray.png"
+    uris = [images["gray"], spaced.as_uri(), str(spaced), f"{http_root}/gray.png", f"{http_root}/nope.png",
+            f"{http_root}/corrupt.png", closed]
+    vectors, errors = efficientnet.encode(uris)
+    assert errors == [None, None, None, None, ImageError.MISSING_FILE, ImageError.UNREADABLE,
+                      ImageError.FETCH_FAILED]
+    for i in (1, 2, 3):  # the same bytes, whichever way they were reached
+        np.testing.assert_allclose(vectors[i], vectors[0], atol=1e-6)
+
+
+def test_unsupported_schemes_name_the_missing_backend():
+    from hir_pipeline.content_embeddings.image import load_image
+
+    assert load_image("hirnosuch://bucket/x.png") == ImageError.UNSUPPORTED_URI
+    try:
+        import s3fs  # noqa: F401
+    except ImportError:  # s3:// is known to fsspec, but its package is not installed here
+        assert load_image("s3://bucket/x.png") == ImageError.UNSUPPORTED_URI
 
 
 def _fashion_mnist_files() -> tuple[Path, Path] | None:

@@ -1,4 +1,5 @@
-"""TextEncoder: offline loading, sentence-transformers parity, semantic sanity (real MiniLM) and tiny models."""
+"""TextEncoder: offline loading, sentence-transformers parity, semantic sanity (real MiniLM) and tiny models
+(plain transformers folders and sentence-transformers folders with their own modules)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 
 from hir_pipeline.content_embeddings.config import default_text_model
-from hir_pipeline.content_embeddings.text import TextEncoder, length_order
+from hir_pipeline.content_embeddings.text import TextEncoder
 from tests.tiny_models import build_tiny_text_model
 
 TEXTS = [
@@ -57,10 +58,6 @@ def test_input_order_is_kept_whatever_the_batching(minilm):
     np.testing.assert_allclose(full, one_by_one, atol=1e-5)
 
 
-def test_length_order_is_longest_first_and_stable():
-    assert length_order(["aa", "b", "cccc", "dd"]).tolist() == [2, 0, 3, 1]
-
-
 def test_tiny_random_model(tmp_path):
     folder = build_tiny_text_model(tmp_path / "tiny", seed=1, hidden_size=32)
     enc = TextEncoder(str(folder), max_length=16, batch_size=2)
@@ -83,3 +80,38 @@ def test_tiny_tokenizer_knows_its_vocabulary(tmp_path):
     assert enc.tokenizer.tokenize("Red leather shoes") == ["red", "leather", "shoes"]
     a, b = enc.encode(["red running shoes", "red leather shoes"])
     assert not np.allclose(a, b, atol=1e-4)  # one known word changed => a different vector
+
+
+def test_plain_transformers_folder_is_mean_pooled_and_normalised(tmp_path):
+    """Without sentence-transformers config the masked mean of the last hidden state, L2-normalised."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = build_tiny_text_model(tmp_path / "tiny", seed=3)
+    texts = ["red running shoes for men", "tea", "blue cotton shirt with a leather bag"]
+    tokenizer, model = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder).eval()
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=16, return_tensors="pt")
+    with torch.inference_mode():
+        hidden = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    expected = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1).numpy()
+    np.testing.assert_allclose(TextEncoder(str(folder), max_length=16).encode(texts), expected, atol=1e-5)
+
+
+def test_sentence_transformers_folder_runs_its_own_modules(tmp_path):
+    """A saved sentence model (transformer, CLS pooling, a dense projection to 8-d, no Normalize) is run as saved;
+    the vectors are still unit-norm."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Dense, Pooling, Transformer
+
+    plain = build_tiny_text_model(tmp_path / "tiny", seed=4, hidden_size=32)
+    transformer = Transformer(str(plain), max_seq_length=16)
+    sentence_model = SentenceTransformer(modules=[transformer, Pooling(32, pooling_mode="cls"), Dense(32, 8)],
+                                         device="cpu")
+    sentence_model.save(str(tmp_path / "sentence"))
+    enc = TextEncoder(str(tmp_path / "sentence"), max_length=16, batch_size=2)
+    texts = ["red shoe", "green tea for kids", "a premium leather bag"]
+    emb = enc.encode(texts)
+    assert enc.dim == 8 and emb.shape == (3, 8)
+    reference = SentenceTransformer(str(tmp_path / "sentence"), device="cpu").encode(texts)
+    np.testing.assert_allclose(emb, reference / np.linalg.norm(reference, axis=1, keepdims=True), atol=1e-5)

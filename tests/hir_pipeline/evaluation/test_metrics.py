@@ -68,6 +68,12 @@ def test_nmi_known_values():
     assert nmi(["x"] * 3, [1, 1, 1]) == 1.0
 
 
+def test_nmi_rejects_empty_and_mismatched_labelings():
+    for a, b in (([], []), ([0, 1], [0]), (np.zeros((2, 2)), np.zeros((2, 2)))):
+        with pytest.raises(ValueError):
+            nmi(a, b)
+
+
 def test_nmi_agrees_with_contingency_formula_on_random_labels():
     rng = np.random.default_rng(0)
     a, b = rng.integers(0, 5, 500), rng.integers(0, 7, 500)
