@@ -432,6 +432,22 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+SETUP_EXAMPLES = """examples:
+  hir setup                 # Delta jars, MovieLens-100k and Fashion-MNIST into .cache (idempotent)
+  hir setup --skip-images   # without the Fashion-MNIST images (the MovieLens sample needs none)"""
+MATERIALIZE_EXAMPLES = """examples:
+  hir materialize                                  # backfill the MovieLens sample, run as of its latest event
+  hir materialize --source /data/exports           # any folder following the source contract
+  hir materialize --partition 2024-06-30           # the nightly increment: ingest that day, run as of it
+  hir materialize --select "group:ingestion"       # a Dagster asset selection only
+  hir materialize --config my_run.yaml --profile gpu   # run config over the production schedule
+  hir -v materialize                               # every Dagster event and Spark line on the console"""
+EVALUATE_EXAMPLES = """examples:
+  hir evaluate                                     # HIR vs the baselines on MovieLens
+  hir evaluate --source synthetic --report out.md  # on the synthetic source (planted hierarchy: NMI too)
+  hir evaluate --epochs 4                          # a shorter schedule for the evaluation model"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="hir", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true",
@@ -441,11 +457,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    setup = sub.add_parser("setup", help="resolve Delta jars and fetch sample data into the local cache")
+    examples = argparse.RawDescriptionHelpFormatter
+    setup = sub.add_parser("setup", help="resolve Delta jars and fetch sample data into the local cache",
+                           formatter_class=examples, epilog=SETUP_EXAMPLES)
     setup.add_argument("--skip-images", action="store_true", help="do not fetch Fashion-MNIST")
     setup.set_defaults(func=cmd_setup)
 
-    mat = sub.add_parser("materialize", help="run the whole asset graph for one run date")
+    mat = sub.add_parser("materialize", help="run the whole asset graph for one run date",
+                         formatter_class=examples, epilog=MATERIALIZE_EXAMPLES)
     mat.add_argument("--source", default=os.environ.get("HIR_SOURCE", "movielens"),
                      help="movielens, synthetic, or a folder following the source contract (default: movielens)")
     mat.add_argument("--lake", default=None, help="Delta lake root (default: HIR_LAKE or .hir/lake)")
@@ -462,7 +481,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "or gpu (the production schedule); default: HIR_PROFILE, else gpu when one is visible")
     mat.set_defaults(func=cmd_materialize)
 
-    ev = sub.add_parser("evaluate", help="evaluate HIR against the baselines on a source, without a nightly run")
+    ev = sub.add_parser("evaluate", help="evaluate HIR against the baselines on a source, without a nightly run",
+                        formatter_class=examples, epilog=EVALUATE_EXAMPLES)
     ev.add_argument("--source", default=os.environ.get("HIR_SOURCE", "movielens"),
                     help="movielens, synthetic, or a source folder (default: movielens)")
     ev.add_argument("--lake", default=None, help="Delta lake root (default: HIR_LAKE or .hir/lake)")

@@ -212,6 +212,12 @@ class Publication:
                                  f"read: {exc}") from exc
         return Snapshot(self.lake, row["run_date"], row["model_version"], {**versions, MANIFEST_TABLE: version})
 
+    def publications(self) -> list[dict]:
+        """Every publication of the manifest version this reader resolved, oldest run date first: its manifest row
+        (``run_date``, ``model_version``, the Delta version of each published table, ``published_at``)."""
+        rows = self._scan(MANIFEST_TABLE, self.snapshot.versions[MANIFEST_TABLE]).to_pylist()
+        return sorted(rows, key=lambda r: r["run_date"])
+
     # --- reading ------------------------------------------------------------------------------------
 
     def read(self, table: str, columns: Sequence[str] | None = None, where=None):

@@ -1,4 +1,4 @@
-"""``hir query similar|cluster|recommend``: the command line over :mod:`hir_pipeline.query.api`.
+"""``hir query similar|cluster|recommend|versions``: the command line over :mod:`hir_pipeline.query.api`.
 
 Results go to stdout as a table (or JSON with ``--json``); an unknown ID or a missing publication prints one
 line on stderr and exits with :data:`EXIT_UNKNOWN`.
@@ -13,11 +13,41 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from hir_pipeline.contracts import ENTITY_TYPES, MANIFEST_TABLE
+from hir_pipeline.contracts import ENTITY_TYPES, MANIFEST_TABLE, OUTPUT_TABLES, manifest_version_column
 from hir_pipeline.query.api import RECOMMENDABLE_TYPES, ClusterView, Publication, QueryError
 
 #: ``hir query`` exit code for an unknown ID or a missing publication.
 EXIT_UNKNOWN = 2
+
+
+QUERY_EXAMPLES = """examples:
+  hir query versions                          # every publication: run date, model version, table versions
+  hir query similar 'movie:50' -k 10          # nearest entities in the shared space (latest publication)
+  hir query cluster 0 3 --as-of 1998-04-22    # a cluster's profile and members as of a run date
+  hir query recommend 'user:196' --version 4  # a user's items as published at publications Delta version 4
+  hir query similar p1 --lake s3://bucket/lake --storage-option AWS_REGION=eu-west-1 --json"""
+
+
+def _storage_option(value: str) -> tuple[str, str]:
+    """``--storage-option``'s type: ``KEY=VALUE``."""
+    key, sep, val = value.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{value!r} is not KEY=VALUE")
+    return key, val
+
+
+def _print_publications(rows: list[dict], snapshot, as_json: bool, out) -> int:
+    """``hir query versions``: one line (or JSON object) per publication of the manifest version read."""
+    if as_json:
+        print(json.dumps({"manifest_version": snapshot.versions[MANIFEST_TABLE], "lake": snapshot.lake,
+                          "publications": rows}, indent=2, default=str), file=out)
+        return 0
+    print(f"# {MANIFEST_TABLE}@v{snapshot.versions[MANIFEST_TABLE]} lake={snapshot.lake}", file=out)
+    for row in rows:
+        tables = " ".join(f"{t}@v{row[manifest_version_column(t)]}" for t in OUTPUT_TABLES)
+        print(f"{row['run_date']}  model {row['model_version']}  published {row.get('published_at')}  {tables}",
+              file=out)
+    return 0
 
 
 def _date(value: str) -> dt.date:
@@ -39,10 +69,19 @@ def add_query_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
                         help=f"Delta version of the {MANIFEST_TABLE} manifest to time-travel to: the publications "
                              "as they stood then, each table read at the version it records (default: the latest)")
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    common.add_argument("--storage-option", dest="storage_options", action="append", type=_storage_option,
+                        default=None, metavar="KEY=VALUE",
+                        help="delta-rs storage option of an object-store lake, repeatable (e.g. AWS_REGION=eu-west-1; "
+                             "credentials also come from the store's usual environment variables)")
 
+    examples = argparse.RawDescriptionHelpFormatter
     query = subparsers.add_parser("query", help="query the published tables (no Spark)",
-                                  description="Query the published Delta tables with deltalake + numpy.")
+                                  description="Query the published Delta tables with deltalake + numpy.",
+                                  formatter_class=examples, epilog=QUERY_EXAMPLES)
     sub = query.add_subparsers(dest="query_command", required=True)
+    sub.add_parser("versions", parents=[common], help="the publications: run dates, models, table versions",
+                   formatter_class=examples, epilog="example:\n  hir query versions --lake s3://bucket/lake "
+                   "--storage-option AWS_REGION=eu-west-1")
     sim = sub.add_parser("similar", parents=[common], help="entities nearest to an entity (dot product)")
     sim.add_argument("entity_id")
     sim.add_argument("--type", default=None, choices=ENTITY_TYPES, help="only entities of this type")
@@ -65,9 +104,11 @@ def run_query(args: argparse.Namespace, out=None, err=None) -> int:
     """Run a parsed ``hir query`` command: results on ``out``; on an unknown ID a message on ``err``, exit 2."""
     out, err = out or sys.stdout, err or sys.stderr
     try:
-        pub = Publication(args.lake, args.as_of, args.version)
-        if args.query_command == "similar":
-            result: Any = pub.similar(args.entity_id, args.type, args.k)
+        pub = Publication(args.lake, args.as_of, args.version, dict(args.storage_options or []) or None)
+        if args.query_command == "versions":
+            result: Any = pub.publications()
+        elif args.query_command == "similar":
+            result = pub.similar(args.entity_id, args.type, args.k)
         elif args.query_command == "recommend":
             result = pub.recommend(args.user_id, args.k, tuple(args.types or RECOMMENDABLE_TYPES),
                                    not args.include_seen)
@@ -77,6 +118,8 @@ def run_query(args: argparse.Namespace, out=None, err=None) -> int:
         print(f"hir query: {exc}", file=err)
         return EXIT_UNKNOWN
     s = pub.snapshot
+    if args.query_command == "versions":
+        return _print_publications(result, s, args.json, out)
     if args.json:
         payload = {"run_date": str(s.run_date), "model_version": s.model_version, "versions": s.versions,
                    "result": asdict(result) if isinstance(result, ClusterView) else [asdict(h) for h in result]}

@@ -256,3 +256,12 @@ def test_a_run_left_by_a_dead_hir_process_is_marked_failed_not_blocking(tmp_path
                                             status=dg.DagsterRunStatus.STARTED)
         with pytest.raises(ValueError, match=alive.run_id):
             refuse_concurrent_run(instance, "2024-03-02")
+
+
+@pytest.mark.parametrize("command", [["setup"], ["materialize"], ["evaluate"], ["query"], ["query", "versions"]])
+def test_every_command_s_help_shows_examples(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args([*command, "--help"])
+    assert exit_.value.code == 0
+    help_text = capsys.readouterr().out
+    assert "example" in help_text and f"hir {' '.join(command)}" in help_text

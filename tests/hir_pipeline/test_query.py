@@ -189,3 +189,26 @@ def test_query_process_exit_codes(lake):
         assert proc.returncode == code, proc.stderr
         assert "terminate called" not in proc.stderr
         assert (code == 0) == (proc.stderr == "")
+
+
+def test_versions_lists_every_publication_of_the_manifest_version(lake):
+    code, out, _ = _cli(["query", "versions", "--lake", str(lake)])
+    lines = out.splitlines()
+    assert code == 0 and lines[0] == f"# publications@v1 lake={lake}"
+    assert [ln.split()[:3] for ln in lines[1:]] == [["2024-06-01", "model", "1"], ["2024-06-02", "model", "2"]]
+    assert lines[2].endswith("node_embeddings@v1 cluster_assignments@v1 interest_supergraph@v1 cluster_profiles@v1")
+    code, out, _ = _cli(["query", "versions", "--lake", str(lake), "--version", "0", "--json"])
+    payload = json.loads(out)
+    assert code == 0 and payload["manifest_version"] == 0
+    assert [(p["run_date"], p["model_version"]) for p in payload["publications"]] == [("2024-06-01", "1")]
+
+
+def test_storage_options_are_key_value_pairs(lake, capsys):
+    with pytest.raises(SystemExit):
+        _cli(["query", "versions", "--lake", str(lake), "--storage-option", "no-equals-sign"])
+    assert "'no-equals-sign' is not KEY=VALUE" in capsys.readouterr().err
+    parser = argparse.ArgumentParser(prog="hir")
+    add_query_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["query", "versions", "--storage-option", "AWS_REGION=eu-west-1",
+                              "--storage-option", "AWS_ENDPOINT_URL=http://127.0.0.1:9000?a=b"])
+    assert dict(args.storage_options) == {"AWS_REGION": "eu-west-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:9000?a=b"}
