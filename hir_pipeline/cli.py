@@ -109,7 +109,7 @@ def ui_command() -> str:
 
 def cmd_setup(args: argparse.Namespace) -> int:
     """Resolve the Delta jars and fetch the sample data into the cache (idempotent, needs network once)."""
-    from hir_pipeline.data.fetch import fetch_fashion_mnist, movielens_files
+    from hir_pipeline.data.fetch import movielens_files
     from spark_jobs.session import check_java, ensure_delta_jars
 
     cache = cache_dir()
@@ -118,11 +118,22 @@ def cmd_setup(args: argparse.Namespace) -> int:
     files = movielens_files(cache)
     print(f"MovieLens-100k:   {files['inter'].parent}")
     if not args.skip_images:
-        print(f"Fashion-MNIST:    {fetch_fashion_mnist(cache)}")
+        print(f"Fashion-MNIST:    {images_line(cache)}")
     home = dagster_home()
     env_file = write_dagster_env(project_root(), {"DAGSTER_HOME": str(home)})
     print(f"Dagster instance: {home}   (named in {env_file} for `dg dev` in the project root)")
     return 0
+
+
+def images_line(cache: Path) -> str:
+    """``hir setup``'s Fashion-MNIST line: the folder, or, where it cannot be fetched (no ``apt-get``, no network),
+    a one-line notice: the images are optional (MovieLens has none; synthetic products then get no image)."""
+    from hir_pipeline.data.fetch import DataUnavailable, fetch_fashion_mnist
+
+    try:
+        return str(fetch_fashion_mnist(cache))
+    except DataUnavailable as exc:
+        return f"not fetched, optional ({exc}); synthetic products get no images"
 
 
 def _resolve_partition(source: str, partition: str | None) -> tuple[str, str, str]:

@@ -265,3 +265,12 @@ def test_every_command_s_help_shows_examples(command, capsys):
     assert exit_.value.code == 0
     help_text = capsys.readouterr().out
     assert "example" in help_text and f"hir {' '.join(command)}" in help_text
+
+
+def test_images_are_optional_one_notice_line_where_they_cannot_be_fetched(tmp_path, monkeypatch):
+    from hir_pipeline.cli import images_line
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no apt-get, no dpkg-deb
+    line = images_line(tmp_path / "cache")
+    assert line.startswith("not fetched, optional (Fashion-MNIST needs apt-get and dpkg-deb") and "\n" not in line
+    assert not (tmp_path / "cache" / "data").exists()
