@@ -32,6 +32,7 @@ def _counts(spark, resources) -> dict[str, int]:
     return {t: read_table(spark, lake.path(t)).count() for t in ("entities", "relations", "events", "quarantine")}
 
 
+@pytest.mark.slow
 def test_a_second_source_is_refused_before_anything_is_written(spark, own_lake, tiny_source, tmp_path):
     import shutil
 
