@@ -180,6 +180,7 @@ def evaluation_report(
     except MissingInput as exc:
         raise dg.Failure(str(exc)) from exc
     truth = source.ground_truth(session)
+    vocabularies = source.interest_vocabularies(session) if truth else None
 
     if config.torch_threads:  # oversubscribed cores slow sparse and attention kernels down a lot
         import torch
@@ -192,7 +193,7 @@ def evaluation_report(
             bronze, content, day, ckpt,
             EvaluationJobConfig(split=split_cfg, graph=graph_cfg, model=model_cfg, train=train_cfg,
                                 evaluation=config.to_dataclass()),
-            truth=truth, progress=context.log.info)
+            truth=truth, vocabularies=vocabularies, progress=context.log.info)
 
     rows = outcome.rows
     path = lake.path("evaluation_metrics")

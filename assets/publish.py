@@ -71,7 +71,8 @@ DESCRIPTIONS = {
     "node_embeddings": "One L2-normalised embedding per entity (one space for every type), per run date.",
     "cluster_assignments": "Every entity at every level: stable published cluster ID and confidence.",
     "interest_supergraph": "Cluster-to-cluster edge weights per level, summed over graph edges between members.",
-    "cluster_profiles": "Per cluster: parent, size, TF-IDF label, top members, prototype, how its ID was matched.",
+    "cluster_profiles": "Per cluster with members: parent, size, label (its most distinctive terms), top members, "
+                        "prototype, how its ID was matched.",
     MANIFEST_TABLE: "One row per published run date, written last: model version and the Delta version of each of "
                     "the four tables (readers resolve a publication through it).",
 }
@@ -88,6 +89,8 @@ class PublishConfig(config_class(PublishSettings, name="PublishFields")):
 
     map_points: int = Field(5000, description="Most embeddings drawn on the 2-D map (a deterministic hash sample).")
     picture_dpi: int = Field(80, description="Resolution of the pictures.")
+    legend_clusters: int = Field(20, description="Most coarse clusters named (by label and size) in the legends of "
+                                                 "the pictures; the embedding map greys out the rest.")
 
 
 # --- pictures ------------------------------------------------------------------------------------
@@ -99,12 +102,14 @@ def _pictures(session: SparkSession, lake: LakeResource, day: dt.date, config: P
     nodes = [ClusterNode(r.level, r.cluster_id, r.parent_cluster_id, r.size, r.label) for r in profiles]
     labels = {n.cluster_id: n.label for n in nodes if n.level == 0}
     pictures = {"cluster_hierarchy.png": hierarchy_sunburst_png(nodes, f"Interest hierarchy, {day}",
-                                                                dpi=config.picture_dpi)}
+                                                                dpi=config.picture_dpi,
+                                                                max_legend=config.legend_clusters)}
     if sample:
         emb = np.asarray([r.embedding for r in sample], dtype=np.float32)
         pictures["embedding_map.png"] = embedding_map_png(
             emb, np.asarray([r.cluster_id for r in sample]), labels,
-            f"Embeddings by coarse cluster (PCA, {len(sample):,} entities), {day}", dpi=config.picture_dpi)
+            f"Embeddings by coarse cluster (PCA, {len(sample):,} entities), {day}", dpi=config.picture_dpi,
+            max_legend=config.legend_clusters)
     return pictures
 
 

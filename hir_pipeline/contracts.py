@@ -254,8 +254,8 @@ OUTPUT_SCHEMAS: dict[str, tuple[OutputColumn, ...]] = {
         OutputColumn("cluster_id", "int", "Published cluster ID."),
         OutputColumn("parent_cluster_id", "int", "Cluster of the level above that this one belongs to (null at "
                      "level 0)."),
-        OutputColumn("size", "bigint", "Members at this level."),
-        OutputColumn("label", "string", "Readable label from the members' most distinctive (TF-IDF) terms."),
+        OutputColumn("size", "bigint", "Members at this level (only clusters with members are listed)."),
+        OutputColumn("label", "string", "Readable label: the terms that most set its members apart."),
         OutputColumn("top_members", "array<string>", "Most confident content members, best first."),
         OutputColumn("label_terms", "array<string>", "The terms the label is made of."),
         OutputColumn("size_by_type", "map<string,bigint>", "Members per entity type."),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dagster as dg
 from pyspark.sql import SparkSession
 
+from hir_pipeline.evaluation.label_purity import InterestVocabulary
 from resources.config_schema import config_class
 from spark_jobs.ingestion.sources.spec import BUILTIN_SOURCES, SourceSpec
 
@@ -34,3 +35,7 @@ class SourceResource(config_class(SourceSpec, base=dg.ConfigurableResource, name
     def ground_truth(self, spark: SparkSession) -> dict[str, dict[str, int | None]] | None:
         """The planted hierarchy the source was generated from, or ``None`` (:meth:`SourceSpec.ground_truth`)."""
         return self.spec().ground_truth(spark)
+
+    def interest_vocabularies(self, spark: SparkSession) -> dict[int, InterestVocabulary] | None:
+        """The planted fine interests' vocabularies, or ``None`` (:meth:`SourceSpec.interest_vocabularies`)."""
+        return self.spec().interest_vocabularies(spark)

@@ -5,6 +5,7 @@
 * :mod:`~hir_pipeline.evaluation.scoring` - the scorer interface, the embedding (HIR) scorer, ranking;
 * :mod:`~hir_pipeline.evaluation.bootstrap` - paired bootstrap intervals over users;
 * :mod:`~hir_pipeline.evaluation.baselines` - popularity, ALS, LightGCN, content-only;
+* :mod:`~hir_pipeline.evaluation.label_purity` - cluster labels scored on planted interests' vocabularies;
 * :mod:`~hir_pipeline.evaluation.gate` - the champion promotion gate;
 * :mod:`~hir_pipeline.evaluation.report` - comparison table, plot, metric rows.
 """

@@ -4,7 +4,9 @@ A metric row is ``(method, split, metric, value)``, the shape of the ``evaluatio
 orchestration layer adds ``model_version`` and ``run_date``). Ranking rows have split ``warm`` / ``cold``;
 clustering rows (HIR only) have split ``all``, ``item`` (every type but users) or an entity type, and metrics
 ``nmi_level_<l>``, ``clusters_used_level_<l>``, ``usage_perplexity_level_<l>``, ``largest_share_level_<l>``,
-``mean_top_probability_level_<l>`` and ``parent_agreement_level_<l>`` (``l >= 1``).
+``mean_top_probability_level_<l>`` and ``parent_agreement_level_<l>`` (``l >= 1``). On a source whose planted
+interests have vocabularies, ``label_purity_level_<l>`` and ``label_purity_real_words_level_<l>`` (split ``item``)
+score the finest level's labels (:mod:`hir_pipeline.evaluation.label_purity`).
 
 Comparison rows (HIR only, per split) come from per-user Recall@K: ``recall_at_<k>_vs_<ref>`` is HIR's mean over
 the reference's, ``recall_at_<k>_diff_vs_<ref>`` their difference, each with ``_ci_low`` / ``_ci_high`` ends of a

@@ -7,6 +7,8 @@ on membership overlap (Jaccard of the member sets); clusters left over (no share
 whose members are all new) are matched on prototype cosine similarity; whatever is still unmatched gets a
 fresh ID above every ID ever published at that level, so an ID is never reused for a different interest.
 Parent links are relabelled with the parent level's mapping, so the published hierarchy stays consistent.
+Only clusters that hold members at the run date are published (:func:`published_tree`); an empty cluster keeps its
+prototype in the model's own tables and gets no published ID.
 Stability of a level = share of the entities present in both versions that keep their published cluster.
 """
 
@@ -200,23 +202,62 @@ def stability(
     return kept / total
 
 
-def published_clusters(
-    sizes: Sequence[Mapping[int, int]], parents: Sequence[Mapping[int, int | None]]
-) -> list[list[int]]:
-    """Which model clusters to publish per level: those with members, plus every ancestor of a published one.
+def orphans(sizes: Sequence[Mapping[int, int]], parents: Sequence[Mapping[int, int | None]]) -> list[set[int]]:
+    """Per level, the clusters with members whose model parent has none at its own level.
+
+    Top-1 assignments are made per level, so a parent prototype can be empty while a child holds members.
 
     Args:
         sizes: per level, model cluster -> number of members (clusters absent or 0 are empty).
         parents: per level, model cluster -> model parent at the level above (None at level 0).
     """
-    keep: list[set[int]] = [{c for c, n in level.items() if n > 0} for level in sizes]
-    for lvl in range(len(keep) - 1, 0, -1):
-        for c in keep[lvl]:
+    out: list[set[int]] = [set() for _ in sizes]
+    for lvl in range(1, len(sizes)):
+        for c, n in sizes[lvl].items():
             parent = parents[lvl].get(c)
-            if parent is None:
-                raise ValueError(f"cluster {c} of level {lvl} has no parent in the hierarchy")
-            keep[lvl - 1].add(int(parent))
-    return [sorted(level) for level in keep]
+            if n > 0 and (parent is None or sizes[lvl - 1].get(parent, 0) <= 0):
+                out[lvl].add(int(c))
+    return out
+
+
+def published_tree(
+    sizes: Sequence[Mapping[int, int]],
+    parents: Sequence[Mapping[int, int | None]],
+    member_parents: Sequence[Mapping[int, int]] | None = None,
+) -> tuple[list[list[int]], list[dict[int, int | None]]]:
+    """Which model clusters to publish per level, and their parents: only clusters that hold members.
+
+    A published cluster's parent is its model parent when that holds members too; otherwise (an orphan,
+    :func:`orphans`) the cluster of the level above that holds most of its members, so every published parent is
+    itself published. Empty clusters keep their prototypes in ``model_hierarchy`` but get no published ID.
+
+    Args:
+        sizes: per level, model cluster -> number of members (clusters absent or 0 are empty).
+        parents: per level, model cluster -> model parent at the level above (None at level 0).
+        member_parents: per level, orphan -> the model cluster of the level above holding most of its members
+            (at least every orphan).
+
+    Returns:
+        ``(keep, tree)``: per level the published model clusters (sorted), and per level published model cluster
+        -> its parent (None at level 0).
+    """
+    keep = [sorted(int(c) for c, n in level.items() if n > 0) for level in sizes]
+    lost = orphans(sizes, parents)
+    tree: list[dict[int, int | None]] = []
+    for lvl, clusters in enumerate(keep):
+        level_tree: dict[int, int | None] = {}
+        for c in clusters:
+            if lvl == 0:
+                level_tree[c] = None
+            elif c in lost[lvl]:
+                found = (member_parents[lvl] if member_parents and lvl < len(member_parents) else {}).get(c)
+                if found is None:
+                    raise ValueError(f"cluster {c} of level {lvl}: its parent is empty and no member parent is given")
+                level_tree[c] = int(found)
+            else:
+                level_tree[c] = parents[lvl].get(c)
+        tree.append(level_tree)
+    return keep, tree
 
 
 def stabilize(

@@ -28,12 +28,14 @@ from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import EVALUATION_METRICS_DDL
 from hir_pipeline.evaluation.data import VALIDATION, WARM, EvalData, validation_split
+from hir_pipeline.evaluation.label_purity import InterestVocabulary, label_purity, label_purity_rows
 from hir_pipeline.evaluation.runner import (
     ClusterLevels,
     Comparison,
     EvaluationSettings,
     MetricRow,
     PerUser,
+    align_levels,
     average_over_seeds,
     clustering_rows,
     comparison_rows,
@@ -44,12 +46,15 @@ from hir_pipeline.evaluation.runner import (
 )
 from hir_pipeline.evaluation.scoring import EmbeddingScorer
 from hir_pipeline.model.config import ModelConfig, TrainConfig
+from hir_pipeline.model.tree import majority_parents
+from hir_pipeline.publish.labels import count_level_terms, level_labels
 from hir_pipeline.timing import Stages
 from spark_jobs.delta_io import MissingInput, read_table, replace_run_date, table_exists
 from spark_jobs.evaluation.data import collect_entity_content, collect_eval_data
 from spark_jobs.evaluation.split import EvaluationSplit, SplitConfig, split_events
 from spark_jobs.graph import GraphConfig, GraphSnapshot, build_edges, build_nodes, build_views
 from spark_jobs.model.inputs import load_model_inputs
+from spark_jobs.publish.transform import PublishSettings, entity_terms
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +258,7 @@ def evaluate_run(
     config: EvaluationJobConfig | None = None,
     *,
     truth: dict[str, dict[str, int | None]] | None = None,
+    vocabularies: Mapping[int, InterestVocabulary] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> EvaluationOutcome:
     """Split, train HIR on the training part, and evaluate HIR and the baselines on the held-out targets.
@@ -270,6 +276,8 @@ def evaluate_run(
         checkpoint_dir: folder of the evaluation model's epoch checkpoints (a re-run resumes from them).
         config: the split, graph, HIR and evaluation settings (default: the library defaults).
         truth: the planted hierarchy (synthetic source) for NMI, or ``None``.
+        vocabularies: planted fine interest -> its vocabulary (synthetic source), for the label purity rows
+            (:func:`label_purity_level_rows`; only with ``truth``), or ``None``.
         progress: called with one line per step (e.g. ``context.log.info``).
     """
     say = progress or log.info
@@ -320,6 +328,8 @@ def evaluate_run(
     clusters = ClusterLevels(assignments, fit.model_cfg.level_sizes, probs=fit.inference.probs,
                              parent_maps=fit.inference.parent_maps)
     rows += clustering_rows(entity_ids, [str(t) for t in inputs.entity_types], clusters, truth)
+    if truth and vocabularies:
+        rows += label_purity_level_rows(bronze["entities"], entity_ids, clusters, truth, vocabularies)
     details: dict[str, Any] = {"target_stage": split.target_stage, "split_note": split.note,
                                "users_per_stage": split.users_per_stage,
                                "hir_seeds": {str(seed): {s: round(v, 4) for s, v in got.items()}
@@ -331,6 +341,49 @@ def evaluate_run(
         if getattr(s, "losses", None):
             details[f"{s.name}_final_loss"] = s.losses[-1]
     return EvaluationOutcome(rows, split, summary, seconds, fit.final_metrics, details)
+
+
+def label_purity_level_rows(
+    entities: DataFrame,
+    entity_ids: Sequence[str],
+    clusters: ClusterLevels,
+    truth: Mapping[str, Mapping[str, int | None]],
+    vocabularies: Mapping[int, InterestVocabulary],
+    settings: PublishSettings | None = None,
+) -> list[MetricRow]:
+    """Label purity rows (:mod:`hir_pipeline.evaluation.label_purity`) of the model level paired with the finest
+    planted level (``level2``): its clusters labelled as a publication labels them (the same terms, the same
+    label settings, siblings under the model's tree).
+
+    Args:
+        entities: bronze entities (``entity_id, entity_type, title, description, attributes``).
+        entity_ids: id of each node, in ``clusters``' order.
+        clusters: the model's clusters per level.
+        truth: ``entity_id -> {"level2": fine interest, ...}``.
+        vocabularies: fine interest -> its vocabulary.
+        settings: the label settings (default: a default publication's).
+    """
+    settings = settings or PublishSettings()
+    paired = [lvl for lvl, column in align_levels(len(clusters.assignments), ("level0", "level1", "level2")).items()
+              if column == "level2"]
+    if not paired:
+        return []
+    level = paired[0]
+    terms: dict[str, set[str]] = {}
+    for entity, term in entity_terms(entities, settings.label_entity_types).toLocalIterator():
+        terms.setdefault(entity, set()).add(term)
+    index = {e: i for i, e in enumerate(entity_ids)}
+    assign = np.asarray(clusters.assignments[level])
+    members = {e: int(assign[index[e]]) for e in terms if e in index}
+    parents: dict[int, int | None] = {}
+    if level > 0:
+        up = (np.asarray(clusters.parent_maps[level - 1]) if clusters.parent_maps is not None
+              else majority_parents(assign, np.asarray(clusters.assignments[level - 1]),
+                                    int(clusters.level_sizes[level])))
+        parents = {c: int(p) for c, p in enumerate(up)}
+    labels = level_labels(count_level_terms(terms, members), parents, settings.label_terms)
+    fine = {e: (truth.get(e) or {}).get("level2") for e in members}
+    return label_purity_rows(label_purity(labels, members, fine, vocabularies), vocabularies, level)
 
 
 def read_evaluation_inputs(spark: SparkSession, path: Callable[[str], str], day: dt.date,

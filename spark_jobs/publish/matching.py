@@ -21,8 +21,9 @@ from hir_pipeline.publish.stable_ids import (
     Clusters,
     MatchConfig,
     StableHierarchy,
+    orphans,
     overlap_matrix,
-    published_clusters,
+    published_tree,
     stabilize,
 )
 
@@ -118,7 +119,8 @@ def stable_mapping(
         unknown = set(level_sizes) - set(parents[lvl])
         if unknown:
             raise ValueError(f"level {lvl}: clusters {sorted(unknown)[:5]} are assigned but not in model_hierarchy")
-    keep = published_clusters(sizes, parents)
+    lost = orphans(sizes, parents)
+    keep, tree = published_tree(sizes, parents, _member_parents(new_long, lost) if any(lost) else None)
     new_levels = [
         Clusters(ids, [sizes[lvl].get(c, 0) for c in ids], _stack([protos[lvl].get(c) for c in ids]))
         for lvl, ids in enumerate(keep)
@@ -141,13 +143,37 @@ def stable_mapping(
             old_levels[lvl] = Clusters([r["cluster_id"] for r in rows], [r["size"] for r in rows],
                                        _stack([r["prototype"] for r in rows]))
             overlaps[lvl] = overlap_matrix(pairs.get(lvl, []), new_levels[lvl].ids, old_levels[lvl].ids)
-    stable = stabilize(new_levels, parents, old_levels, overlaps, next_ids, config)
+    stable = stabilize(new_levels, tree, old_levels, overlaps, next_ids, config)
     rows = [
         (lvl, model_id, published, stable.parents[lvl][published], match.method[model_id])
         for lvl, match in enumerate(stable.levels)
         for model_id, published in sorted(match.mapping.items())
     ]
     return ClusterIds(spark.createDataFrame(rows, _MAPPING_DDL).persist(), stable)
+
+
+def _member_parents(new_long: DataFrame, lost: Sequence[set[int]]) -> list[dict[int, int]]:
+    """Per level, each cluster of ``lost`` -> the model cluster of the level above holding most of its members
+    (the smallest ID on a tie), counted in Spark.
+
+    Args:
+        new_long: :func:`~spark_jobs.publish.transform.long_assignments` of the new version.
+        lost: per level, the clusters whose model parent is empty (:func:`hir_pipeline.publish.stable_ids.orphans`).
+    """
+    wanted = [(lvl, c) for lvl, clusters in enumerate(lost) for c in sorted(clusters)]
+    child = new_long.join(
+        F.broadcast(new_long.sparkSession.createDataFrame(wanted, "level int, model_cluster_id int")),
+        ["level", "model_cluster_id"]).select("entity_id", "level", F.col("model_cluster_id").alias("child"))
+    up = new_long.select("entity_id", (F.col("level") + 1).alias("level"), F.col("model_cluster_id").alias("parent"))
+    best: dict[tuple[int, int], tuple[int, int]] = {}
+    for lvl, c, parent, n in child.join(up, ["entity_id", "level"]).groupBy("level", "child", "parent").count() \
+            .collect():
+        key, cand = (int(lvl), int(c)), (int(n), -int(parent))
+        best[key] = max(best.get(key, cand), cand)
+    out: list[dict[int, int]] = [{} for _ in lost]
+    for (lvl, c), (_, neg_parent) in best.items():
+        out[lvl][c] = -neg_parent
+    return out
 
 
 def _stack(vectors: Sequence[np.ndarray | None]) -> np.ndarray | None:

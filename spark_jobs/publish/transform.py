@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
@@ -21,7 +21,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES, OUTPUT_SCHEMAS
-from hir_pipeline.publish.labels import MIN_TERM_LENGTH, SPLIT_PATTERN, STOPWORDS, TERM_PATTERN, make_label, tfidf_terms
+from hir_pipeline.publish.labels import (
+    MIN_TERM_LENGTH,
+    SPLIT_PATTERN,
+    STOPWORDS,
+    TERM_PATTERN,
+    LevelTerms,
+    level_labels,
+    make_label,
+)
 from hir_pipeline.publish.stable_ids import MatchConfig, StableHierarchy
 from spark_jobs.publish.matching import ClusterIds, stable_mapping
 
@@ -38,9 +46,12 @@ class PublishSettings:
         top_members: entity IDs listed per cluster in ``cluster_profiles.top_members``.
         top_member_types: entity types eligible as top members (content entities by default: user IDs say
             nothing to a reader and are personal data).
-        label_terms: TF-IDF terms in a cluster label.
-        max_terms_per_cluster: most frequent terms per cluster brought to the driver for TF-IDF (document
-            frequencies are computed over all terms in Spark).
+        label_terms: terms in a cluster label (those that most set its members apart from the catalogue,
+            :mod:`hir_pipeline.publish.labels`).
+        label_entity_types: entity types whose text and attribute values make the labels (content entities by
+            default: users' attributes are personal data and say little about an interest).
+        max_terms_per_cluster: most frequent terms per cluster brought to the driver for the lift ranking
+            (catalogue frequencies are computed over all terms in Spark).
         supergraph_edge_types: ``graph_edges.edge_type`` values aggregated into the super-graph (None: all).
     """
 
@@ -48,6 +59,7 @@ class PublishSettings:
     top_members: int = 10
     top_member_types: tuple[str, ...] = CONTENT_ENTITY_TYPES
     label_terms: int = 3
+    label_entity_types: tuple[str, ...] = CONTENT_ENTITY_TYPES
     max_terms_per_cluster: int = 200
     supergraph_edge_types: tuple[str, ...] | None = None
 
@@ -59,7 +71,7 @@ class PublishInputs:
     Attributes:
         model_outputs: ``model_outputs`` rows of the run date.
         model_hierarchy: ``model_hierarchy`` rows of the run date.
-        entities: bronze entities (``entity_id, title, description``) for the labels.
+        entities: bronze entities (``entity_id, entity_type, title, description, attributes``) for the labels.
         edges: ``graph_edges`` rows to aggregate into the super-graph.
         previous_assignments: ``cluster_assignments`` of the previous publication (None: first one).
         previous_profiles: ``cluster_profiles`` of the previous publication.
@@ -194,52 +206,79 @@ def interest_supergraph(
     )
 
 
-def term_counts(assignments: DataFrame, entities: DataFrame, max_terms: int) -> tuple[list, list]:
-    """Per (level, cluster) term counts of the members' titles and descriptions, and per-level document
-    frequencies; tokenized in Spark exactly like :func:`hir_pipeline.publish.labels.tokenize`.
+def entity_terms(entities: DataFrame, entity_types: Sequence[str]) -> DataFrame:
+    """``entity_id, term``: the distinct terms of each entity of ``entity_types``, tokenized exactly like
+    :func:`hir_pipeline.publish.labels.entity_terms` (title, description and the attributes' values, not keys).
 
-    Returns:
-        ``(counts, doc_freq)`` rows: ``(level, cluster_id, term, n)`` (each cluster's ``max_terms`` most
-        frequent terms) and ``(level, term, df)``.
+    Args:
+        entities: ``entity_id, entity_type, title, description`` and, when present, ``attributes`` (JSON object).
+        entity_types: the entity types whose terms count.
     """
-    text = F.lower(F.concat_ws(" ", F.col("title"), F.col("description")))
-    terms = entities.select("entity_id", F.explode(F.split(text, SPLIT_PATTERN)).alias("term")).where(
-        (F.length("term") >= MIN_TERM_LENGTH) & F.col("term").rlike(TERM_PATTERN)
-        & ~F.col("term").isin(sorted(STOPWORDS))
+    parts = [F.col("title"), F.col("description")]
+    if "attributes" in entities.columns:  # a value that is not a string (a list of genres) comes as its JSON text
+        parts.append(F.concat_ws(" ", F.map_values(F.from_json("attributes", "map<string,string>"))))
+    text = F.lower(F.concat_ws(" ", *parts))
+    return (
+        entities.where(F.col("entity_type").isin(list(entity_types)))
+        .select("entity_id", F.explode(F.array_distinct(F.split(text, SPLIT_PATTERN))).alias("term"))
+        .where((F.length("term") >= MIN_TERM_LENGTH) & F.col("term").rlike(TERM_PATTERN)
+               & ~F.col("term").isin(sorted(STOPWORDS)))
+        .distinct()
     )
-    counts = assignments.select("entity_id", "level", "cluster_id").join(terms, "entity_id") \
-        .groupBy("level", "cluster_id", "term").agg(F.count(F.lit(1)).alias("n")).persist()
-    rank = F.row_number().over(Window.partitionBy("level", "cluster_id").orderBy(F.desc("n"), "term"))
-    top = counts.withColumn("_rank", rank).where(F.col("_rank") <= max_terms).drop("_rank").collect()
-    df = counts.groupBy("level", "term").agg(F.count(F.lit(1)).alias("df")).collect()
-    counts.unpersist()
-    return top, df
 
 
-def cluster_labels(
-    assignments: DataFrame, entities: DataFrame, clusters_per_level: Sequence[int], n_terms: int, max_terms: int
-) -> dict[tuple[int, int], list[str]]:
-    """(level, published cluster) -> top TF-IDF terms of its members' text.
+def level_term_counts(assignments: DataFrame, terms: DataFrame, max_terms: int) -> dict[int, LevelTerms]:
+    """Per level, the :class:`~hir_pipeline.publish.labels.LevelTerms` of its clusters, aggregated in Spark.
 
     Args:
         assignments: published assignments (``entity_id, level, cluster_id``).
-        entities: ``entity_id, title, description``.
-        clusters_per_level: number of published clusters per level (the idf's document count).
-        n_terms: terms per label.
-        max_terms: most frequent terms per cluster brought to the driver.
+        terms: :func:`entity_terms` (one row per entity and distinct term).
+        max_terms: each cluster's most frequent terms brought to the driver.
     """
-    top, df_rows = term_counts(assignments, entities, max_terms)
+    labelled = assignments.select("entity_id", "level", "cluster_id").join(
+        terms.select("entity_id").distinct(), "entity_id")
+    members = labelled.groupBy("level", "cluster_id").count().collect()
+    counts = assignments.select("entity_id", "level", "cluster_id").join(terms, "entity_id") \
+        .groupBy("level", "cluster_id", "term").agg(F.count(F.lit(1)).alias("n"))
+    rank = F.row_number().over(Window.partitionBy("level", "cluster_id").orderBy(F.desc("n"), "term"))
+    top = counts.withColumn("_rank", rank).where(F.col("_rank") <= max_terms).drop("_rank")
+    catalogue = terms.join(labelled.where(F.col("level") == 0).select("entity_id"), "entity_id")
+    doc_freq = catalogue.groupBy("term").agg(F.count(F.lit(1)).alias("df"))
+    rows = top.join(doc_freq, "term").collect()
     by_level: dict[int, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
-    for level, cluster, term, n in top:
-        by_level[int(level)][int(cluster)][term] = int(n)
-    doc_freq: dict[int, dict[str, int]] = defaultdict(dict)
-    for level, term, n in df_rows:
-        doc_freq[int(level)][term] = int(n)
+    dfs: dict[int, dict[str, int]] = defaultdict(dict)
+    for r in rows:
+        by_level[int(r["level"])][int(r["cluster_id"])][r["term"]] = int(r["n"])
+        dfs[int(r["level"])][r["term"]] = int(r["df"])
+    sizes: dict[int, dict[int, int]] = defaultdict(dict)
+    for level, cluster, n in members:
+        sizes[int(level)][int(cluster)] = int(n)
+    n_entities = sum(sizes[0].values())  # every entity is assigned at every level: level 0 is the catalogue
+    return {level: LevelTerms({c: dict(t) for c, t in by_level[level].items()}, sizes[level], dfs[level], n_entities)
+            for level in sizes}
+
+
+def cluster_labels(
+    assignments: DataFrame,
+    entities: DataFrame,
+    parents: Sequence[Mapping[int, int | None]],
+    settings: PublishSettings,
+) -> dict[tuple[int, int], list[str]]:
+    """(level, published cluster) -> the terms that most set its members apart, distinct among siblings.
+
+    Args:
+        assignments: published assignments (``entity_id, level, cluster_id``).
+        entities: ``entity_id, entity_type, title, description`` (and ``attributes``).
+        parents: per level, published cluster -> published parent (None at level 0).
+        settings: terms per label, labelled entity types, terms brought to the driver.
+    """
+    terms = entity_terms(entities, settings.label_entity_types).persist()
+    levels = level_term_counts(assignments, terms, settings.max_terms_per_cluster)
+    terms.unpersist()
     out: dict[tuple[int, int], list[str]] = {}
-    for level, counts in by_level.items():
-        n_docs = clusters_per_level[level] if level < len(clusters_per_level) else len(counts)
-        terms = tfidf_terms(counts, n_terms, doc_freq[level], n_docs)
-        out.update({(level, c): t for c, t in terms.items()})
+    for level, counts in levels.items():
+        up = parents[level] if level < len(parents) else {}
+        out.update({(level, c): t for c, t in level_labels(counts, up, settings.label_terms).items()})
     return out
 
 
@@ -254,8 +293,9 @@ def cluster_profiles(
     settings: PublishSettings,
 ) -> DataFrame:
     """``cluster_profiles``: per published cluster its parent, size (members at its level), size by entity
-    type, label (top TF-IDF terms of its members' text), top members (highest confidence, content types),
-    prototype (kept for the next version's stable-ID fallback) and how its ID was decided (``match``).
+    type, label (the terms that set its members apart, :mod:`hir_pipeline.publish.labels`), top members (highest
+    confidence, content types), prototype (kept for the next version's stable-ID fallback) and how its ID was
+    decided (``match``).
 
     Args:
         spark: session for the small label table.
@@ -263,14 +303,13 @@ def cluster_profiles(
         ids: :func:`stable_mapping`'s decisions (which clusters are published) and their table (model cluster
             -> published ID, parent, match).
         hierarchy: ``model_hierarchy`` rows (prototypes, by model cluster).
-        entities: ``entity_id, title, description`` for the labels.
+        entities: ``entity_id, entity_type, title, description`` (and ``attributes``) for the labels.
         model_version: written on every row.
         run_date: written on every row.
         settings: label and top-member settings.
     """
     published = [sorted(level.mapping.values()) for level in ids.stable.levels]
-    labels = cluster_labels(assignments, entities, [len(ids) for ids in published], settings.label_terms,
-                            settings.max_terms_per_cluster)
+    labels = cluster_labels(assignments, entities, ids.stable.parents, settings)
     keys = [(lvl, cid) for lvl, ids in enumerate(published) for cid in ids]
     label_rows = [(lvl, cid, make_label(labels.get((lvl, cid), []), lvl, cid), labels.get((lvl, cid), []))
                   for lvl, cid in keys]

@@ -125,6 +125,8 @@ def test_writes_every_method_and_split_to_delta_and_mlflow(spark, eval_lake, fir
     for lvl in range(3):
         assert 0.0 <= got[("hir", "all", f"nmi_level_{lvl}")] <= 1.0
         assert 1 <= got[("hir", "all", f"clusters_used_level_{lvl}")] <= MODEL["level_sizes"][lvl]
+    # ... and the finest level's labels scored on the planted interests' vocabularies
+    assert 0.0 <= got[("hir", "item", "label_purity_level_2")] <= 1.0
     logged = eval_lake["client"].get_run(run_id).data.metrics
     assert logged[metric_name("hir", "warm", "recall_at_20")] == pytest.approx(got[("hir", "warm", "recall_at_20")])
     assert logged[metric_name("content", "cold", "ndcg_at_20")] == pytest.approx(got[("content", "cold",

@@ -176,3 +176,34 @@ def test_long_assignments_and_model_version(spark):
     # embeddings of one model next to clusters of another: refused, not published as a pair
     with pytest.raises(MixedModelVersions, match=r"'model_outputs': \['1'\], 'model_hierarchy': \['2'\]"):
         model_version_of(outputs, _tables(spark, DAY1, version="2")[1])
+
+
+def test_empty_clusters_are_not_published_and_orphans_follow_their_members(spark, catalog):
+    entities, edges, _ = catalog
+    outputs, hierarchy = _tables(spark, DAY1)
+    # every entity sits in coarse cluster 0: model cluster 1 (coffee) is empty at level 0, its children are not
+    outputs = outputs.withColumn("cluster_ids", F.array(F.lit(0), F.col("cluster_ids")[1]))
+    pub = build_publication(spark, PublishInputs(outputs, hierarchy, entities, edges), DAY1)
+    profiles = {(r.level, r.cluster_id): r for r in pub.tables["cluster_profiles"].collect()}
+    assert set(profiles) == {(0, 0), (1, 0), (1, 1), (1, 2), (1, 3)}
+    assert all(r.size > 0 for r in profiles.values())
+    assert {r.parent_cluster_id for (lvl, _), r in profiles.items() if lvl == 1} == {0}
+    # the four level-1 clusters are now siblings: no two share a label term
+    terms = [t for (lvl, _), r in profiles.items() if lvl == 1 for t in r.label_terms]
+    assert len(terms) == len(set(terms)) > 0
+
+
+def test_entity_terms_match_the_in_memory_twin(spark):
+    from hir_pipeline.publish.labels import entity_terms as python_terms
+    from spark_jobs.publish import entity_terms
+
+    rows = [("m1", "product", "Heat (1995)", "Movie. Genres: Crime.", '{"genres": ["Crime", "Noir"], "id": 7}'),
+            ("a1", "advertiser", "Acme", None, '{"brand": "Acme Toys", "department": "Kitchen"}'),
+            ("u1", "user", None, None, '{"occupation": "engineer"}')]
+    df = spark.createDataFrame(rows, "entity_id string, entity_type string, title string, description string, "
+                                     "attributes string")
+    got: dict[str, set[str]] = {}
+    for r in entity_terms(df, ("product", "advertiser")).collect():
+        got.setdefault(r.entity_id, set()).add(r.term)
+    assert got == {e: python_terms(t, d, a) for e, typ, t, d, a in rows if typ != "user"}
+    assert "noir" in got["m1"] and "kitchen" in got["a1"] and "department" not in got["a1"]

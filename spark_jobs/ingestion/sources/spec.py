@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from hir_pipeline.evaluation.label_purity import InterestVocabulary
 from hir_pipeline.settings import cache_dir
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,22 @@ class SourceSpec:
         if not PLANTED_HIERARCHY.get(self.name, True):
             return None
         return read_ground_truth(spark, self.prepare(spark))
+
+    def interest_vocabularies(self, spark: SparkSession) -> dict[int, InterestVocabulary] | None:
+        """The planted fine interests' vocabularies (to score cluster labels against), or ``None`` when unknown.
+
+        Known for a source made by the synthetic generator (built in, or a folder it wrote): derived from the
+        generator settings in the folder's marker
+        (:func:`~spark_jobs.ingestion.sources.synthetic.interest_vocabularies`).
+
+        Args:
+            spark: the session (prepares a built-in source the first time).
+        """
+        if not PLANTED_HIERARCHY.get(self.name, True):
+            return None
+        from spark_jobs.ingestion.sources.synthetic import read_interest_vocabularies
+
+        return read_interest_vocabularies(self.prepare(spark))
 
     def _movielens(self, spark: SparkSession) -> Path:
         from hir_pipeline.data.fetch import movielens_files

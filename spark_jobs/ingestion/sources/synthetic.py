@@ -35,7 +35,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from spark_jobs.ingestion.sources import write_source_folder
+from hir_pipeline.evaluation.label_purity import InterestVocabulary
+from hir_pipeline.publish.labels import tokenize
+from spark_jobs.ingestion.sources import read_marker, write_source_folder
 
 FUNNEL = ("impression", "click", "add_to_cart", "conversion")
 _MASK53 = (1 << 53) - 1
@@ -262,6 +264,41 @@ def _interest_names(branching: tuple[int, int, int]) -> tuple[list[str], list[tu
                     rng = np.random.default_rng([2, gm * b2 + f])
                     fine.append((f"{_pseudo_word(rng)} goods", tuple(_pseudo_word(rng, 2) for _ in range(4))))
     return coarse, mid, fine
+
+
+def interest_vocabularies(branching: tuple[int, int, int]) -> dict[int, InterestVocabulary]:
+    """Fine interest (global id, ``ground_truth.level2``) -> the words its content is drawn from: the terms of its
+    name and keywords, tokenized like cluster labels (adjectives, campaign seasons and ad hooks are shared by every
+    interest and left out). A pure function of ``branching`` (independent of the seed), so it is recovered from the
+    generator settings in a source's marker (:func:`read_interest_vocabularies`).
+
+    Args:
+        branching: ``(b0, b1, b2)`` of the generator.
+    """
+    _, b1, b2 = branching
+    _, _, fine = _interest_names(branching)
+    out: dict[int, InterestVocabulary] = {}
+    for g, (name, keywords) in enumerate(fine):
+        c, m, f = g // (b1 * b2), (g // b2) % b1, g % b2
+        real = c < len(_TAXONOMY) and m < len(_TAXONOMY[c][1]) and f < len(_TAXONOMY[c][1][m][2])
+        out[g] = InterestVocabulary(frozenset(tokenize(" ".join((name, *keywords)))), real)
+    return out
+
+
+def read_interest_vocabularies(folder: str | Path | None) -> dict[int, InterestVocabulary] | None:
+    """The fine interests' vocabularies of a synthetic source folder, from the generator settings in its marker;
+    None for any other source (or a folder that is not local).
+
+    Args:
+        folder: the source folder.
+    """
+    if folder is None or "://" in str(folder):
+        return None
+    settings = (read_marker(Path(folder)) or {}).get("settings") or {}
+    if settings.get("source") != "synthetic":
+        return None
+    branching = (settings.get("config") or {}).get("branching") or SyntheticConfig.branching
+    return interest_vocabularies(tuple(int(b) for b in branching))  # type: ignore[arg-type]
 
 
 # --- in-column randomness ------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ from hir_pipeline.publish.stable_ids import (
     Clusters,
     MatchConfig,
     match_level,
+    orphans,
     overlap_matrix,
-    published_clusters,
+    published_tree,
     stability,
     stabilize,
 )
@@ -116,10 +117,15 @@ def test_stabilize_rejects_unpublished_parent():
         stabilize([Clusters([0], [1]), Clusters([0], [1])], [{0: None}, {0: 5}])
 
 
-def test_published_clusters_keep_ancestors_of_non_empty_clusters():
-    sizes = [{0: 0, 1: 3, 2: 0}, {0: 0, 1: 2, 2: 0, 3: 4}]
+def test_only_clusters_with_members_are_published_and_orphans_get_their_members_parent():
+    sizes = [{0: 0, 1: 3, 2: 0}, {0: 0, 1: 2, 2: 0, 3: 1}]
     parents = [{0: None, 1: None, 2: None}, {0: 0, 1: 0, 2: 2, 3: 1}]
-    assert published_clusters(sizes, parents) == [[0, 1], [1, 3]]
+    assert orphans(sizes, parents) == [set(), {1}]  # cluster 1's model parent 0 holds no member at level 0
+    keep, tree = published_tree(sizes, parents, [{}, {1: 1}])
+    assert keep == [[1], [1, 3]]
+    assert tree == [{1: None}, {1: 1, 3: 1}]
+    with pytest.raises(ValueError, match="parent is empty"):
+        published_tree(sizes, parents)
 
 
 def test_stability_counts_only_shared_entities():

@@ -17,11 +17,13 @@ def test_ground_truth_of_a_folder_is_read_when_present(spark, tmp_path):
     assert spec.ground_truth(spark) == {"p1": {"level0": 0, "level1": 1, "level2": 5},
                                         "u1": {"level0": 1, "level1": None, "level2": None}}
     assert SourceSpec(location=str(without)).ground_truth(spark) is None
+    assert spec.interest_vocabularies(spark) is None  # no synthetic generator settings in the folder
 
 
 def test_movielens_has_no_planted_hierarchy_and_is_not_prepared_for_it(spark, tmp_path, monkeypatch):
     monkeypatch.setenv("HIR_CACHE_DIR", str(tmp_path / "empty-cache"))  # preparing MovieLens would fetch into it
     assert SourceSpec(location="movielens").ground_truth(spark) is None
+    assert SourceSpec(location="movielens").interest_vocabularies(spark) is None
     assert not (tmp_path / "empty-cache").exists()
 
 

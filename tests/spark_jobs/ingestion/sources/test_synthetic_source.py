@@ -21,6 +21,8 @@ from spark_jobs.ingestion.reader import read_source
 from spark_jobs.ingestion.sources.synthetic import (
     SyntheticConfig,
     _zipf_rank,
+    interest_vocabularies,
+    read_interest_vocabularies,
     synthetic_tables,
     synthetic_window,
     write_synthetic_source,
@@ -121,6 +123,32 @@ def test_funnel_chains_are_consistent(spark, source):
 
 
 @pytest.mark.slow
+def test_interest_vocabularies_real_words_then_pseudo_words():
+    vocab = interest_vocabularies((5, 4, 4))
+    assert len(vocab) == 80
+    assert vocab[0].real_words and {"running", "shoes", "marathon", "cushioning"} <= vocab[0].terms
+    assert not vocab[64].real_words and "goods" in vocab[64].terms  # a fifth coarse interest: invented words
+    assert vocab[0].terms.isdisjoint(vocab[1].terms)
+    assert interest_vocabularies((5, 4, 4)) == vocab  # independent of the seed, recoverable from the settings
+
+
+def test_vocabularies_from_the_source_marker_match_the_product_text(spark, source):
+    from hir_pipeline.publish.labels import entity_terms
+
+    out, _ = source
+    vocab = read_interest_vocabularies(out)
+    assert vocab == interest_vocabularies(CFG.branching)
+    assert read_interest_vocabularies(out.parent) is None  # not a synthetic source folder
+    products = _table(spark, out, "entities").where("entity_type = 'product'").join(
+        _table(spark, out, "ground_truth"), "entity_id").collect()
+    for r in products:
+        terms = entity_terms(r.title, r.description, r.attributes)
+        own = terms & vocab[r.level2].terms
+        assert len(own) >= 3  # name words and three keywords (multi-word keywords give more)
+        # vocabularies may share a word ("wireless", "gaming"), but a product speaks its own interest's most
+        assert all(len(terms & v.terms) < len(own) for i, v in vocab.items() if i != r.level2)
+
+
 def test_ground_truth_hierarchy(spark, source):
     out, _ = source
     gt = _table(spark, out, "ground_truth")
