@@ -37,10 +37,12 @@ def tiny_source(spark, tmp_path_factory) -> Path:
 
 
 def make_resources(spark, lake_root: Path, source: str | Path, mlflow_dir: Path | None = None,
-                   graph: GraphSettingsResource | None = None, model: ModelSettingsResource | None = None) -> dict:
+                   graph: GraphSettingsResource | None = None, model: ModelSettingsResource | None = None,
+                   source_id: str | None = None) -> dict:
     """Real resources over a temporary lake; the Spark resource reuses the test session.
 
-    ``graph`` / ``model``: the graph / model settings (default: the production defaults).
+    ``graph`` / ``model``: the graph / model settings (default: the production defaults). ``source_id``: the
+    source's name in the lake (a later export of a source in another folder names the first one's).
     """
     mlflow_dir = mlflow_dir or lake_root.parent / "mlflow"
     mlflow_dir.mkdir(parents=True, exist_ok=True)
@@ -49,7 +51,7 @@ def make_resources(spark, lake_root: Path, source: str | Path, mlflow_dir: Path 
         "lake": LakeResource(root=str(lake_root)),
         "mlflow": MLflowResource(tracking_uri=f"sqlite:///{mlflow_dir / 'mlflow.db'}",
                                  artifact_location=(mlflow_dir / "artifacts").as_uri()),
-        "source": SourceResource(location=str(source)),
+        "source": SourceResource(location=str(source), source_id=source_id),
         "graph_settings": graph or GraphSettingsResource(),
         "model_settings": model or ModelSettingsResource(),
     }

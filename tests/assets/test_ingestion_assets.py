@@ -96,7 +96,8 @@ def test_day_window_replaces_only_that_day(spark, ingested_lake, tiny_source, tm
                .withColumn("event_ts", F.col("event_ts") + F.expr(f"INTERVAL {days} DAYS")) for days in (0, -2, 1)]
     shifted[0].unionByName(shifted[1]).unionByName(shifted[2]).write.mode("append").parquet(str(source / "events"))
 
-    resources = make_resources(spark, lake_root, source)
+    # the same source's next export, in another folder: it names the source the lake was built from
+    resources = make_resources(spark, lake_root, source, source_id=ingested_lake["source"].spec().identity)
     events_path = resources["lake"].path("events")
     per_day = dict(read_table(spark, events_path).groupBy("event_date").count().collect())
     result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=resources,
@@ -151,8 +152,8 @@ def test_rerunning_an_old_date_never_replaces_a_newer_catalog_row(spark, tiny_so
     lake_root = tmp_path / "lake"
     for day, source in ((day2, on_day2), (day1, on_day1)):
         result = dg.materialize([bronze_tables], partition_key=day.isoformat(),
-                                resources=make_resources(spark, lake_root, source),
-                                run_config=ingestion_run_config("day"))
+                                resources=make_resources(spark, lake_root, source, source_id="tiny-exports"),
+                                run_config=ingestion_run_config("day"))  # one source's exports of two days
         assert result.success, day
 
     lake = LakeResource(root=str(lake_root))

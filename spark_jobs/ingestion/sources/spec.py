@@ -36,12 +36,17 @@ class SourceSpec:
         synthetic_events: approximate number of impressions the synthetic generator emits.
         synthetic_seed: seed of the synthetic generator.
         synthetic_images: give synthetic products real Fashion-MNIST images (Debian package).
+        source_id: the name a lake records this source under (``spark_jobs.ingestion.lake_source``); ``None``: the
+            built-in source's name, or the folder's absolute URI. Successive exports of one source delivered in
+            different folders (``/exports/2024-06-30``, ``/exports/2024-07-01``) share one ``source_id``, so the
+            lake takes them as the same source.
     """
 
     location: str = "movielens"
     synthetic_events: int = 100_000
     synthetic_seed: int = 7
     synthetic_images: bool = True
+    source_id: str | None = None
 
     @property
     def name(self) -> str:
@@ -51,7 +56,10 @@ class SourceSpec:
     @property
     def identity(self) -> str:
         """What a lake records of the source it was built from (``spark_jobs.ingestion.lake_source``): a built-in
-        source's name (with the synthetic generator's seed and size), or the folder as an absolute URI."""
+        source's name (with the synthetic generator's seed and size), or the folder as an absolute URI, unless
+        ``source_id`` names it."""
+        if self.source_id:
+            return self.source_id
         if self.location == "synthetic":
             return f"synthetic(seed={self.synthetic_seed}, events={self.synthetic_events})"
         if self.location in BUILTIN_SOURCES:

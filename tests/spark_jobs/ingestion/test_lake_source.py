@@ -61,6 +61,9 @@ def test_a_source_identity_is_its_name_its_generator_settings_or_its_absolute_fo
     assert SourceSpec("synthetic").identity != SourceSpec("synthetic", synthetic_seed=8).identity
     assert SourceSpec("src").identity == SourceSpec(str(tmp_path / "src") + "/").identity == (tmp_path / "src").as_uri()
     assert SourceSpec("s3a://bucket/exports/").identity == "s3a://bucket/exports"
+    # successive exports in dated folders: one source, named once
+    assert SourceSpec("/exports/2024-06-30", source_id="shop").identity == SourceSpec(
+        "/exports/2024-07-01", source_id="shop").identity == "shop"
 
 
 def test_the_run_calendar_starts_at_the_lakes_first_event_date(spark, tmp_path, monkeypatch):
