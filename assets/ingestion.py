@@ -78,7 +78,8 @@ def bronze_tables(
     day = run_date(context)
     accepts, funnel = config.to_dataclass(), graph_settings.graph_config().funnel
     session = spark.get_session()
-    refuse_other_source(session, lake.path("events"), source.spec().identity, lake.root)  # before any write
+    identity = source.spec().identity
+    recorded = refuse_other_source(session, lake.path("events"), identity, lake.root)  # before any write
     folder = source.prepare(session)
     context.log.info(f"Reading source {source.location!r} from {folder} for run date {day} (window={config.window})")
     raw = read_source(session, folder)
@@ -133,7 +134,8 @@ def bronze_tables(
                         events_read)
         replace_where(labels.accepted(events, "events"), lake.path("events"), window.predicate(),
                       [EVENT_DATE_COLUMN])
-        recorded = record_source(session, lake.path("events"), source.spec().identity, EVENT_DATE_COLUMN)
+        if recorded is None:  # the lake's first ingestion (or its first since lakes record their source)
+            recorded = record_source(session, lake.path("events"), identity, EVENT_DATE_COLUMN)
         context.log.info(f"Lake built from source {recorded.source}, first event date {recorded.first_event_date}")
     written("events", counts["events"]["accepted"], f"written in place of {window.predicate()}")
 

@@ -56,8 +56,9 @@ def lake_source(spark: SparkSession, events_path: str) -> LakeSource | None:
     return LakeSource(props[SOURCE_PROPERTY], props.get(FIRST_EVENT_DATE_PROPERTY, ""))
 
 
-def refuse_other_source(spark: SparkSession, events_path: str, source: str, lake_root: str) -> None:
-    """Raise :class:`LakeSourceMismatch` when the lake recorded a source other than ``source``.
+def refuse_other_source(spark: SparkSession, events_path: str, source: str, lake_root: str) -> LakeSource | None:
+    """Raise :class:`LakeSourceMismatch` when the lake recorded a source other than ``source``; else return what the
+    lake records (``None``: nothing yet).
 
     Args:
         spark: the session.
@@ -71,6 +72,7 @@ def refuse_other_source(spark: SparkSession, events_path: str, source: str, lake
             f"lake {lake_root} was built from source {recorded.source}; this run reads {source}. Give each source "
             "its own lake (hir --lake DIR, HIR_LAKE, or the lake resource's root), or delete this lake to rebuild "
             "it from the new source")
+    return recorded
 
 
 def record_source(spark: SparkSession, events_path: str, source: str, event_date_column: str) -> LakeSource:
