@@ -91,7 +91,9 @@ class RunConsole(logging.Handler):
             message = (getattr(error, "message", None) or record.getMessage()).strip().splitlines()
             self._print(f"hir: {step} FAILED after {self._elapsed(step)}: {message[0] if message else ''}")
         elif event is None and step in self._started and record.levelno >= logging.INFO:
-            self._progress(step, record.getMessage())
+            # the asset's own words, without the run/step prefix Dagster puts on the record's message
+            self._progress(step, (getattr(record, "dagster_meta", None) or {}).get("orig_message")
+                           or record.getMessage())
 
     def _progress(self, step: str, message: str) -> None:
         now = self.clock()
