@@ -26,6 +26,7 @@ from hir_pipeline.contracts import OUTPUT_SCHEMAS
 from tests.operations.conftest import RUN_DATE
 from tests.operations.services import (
     REPO,
+    TERMINAL,
     DagsterUI,
     browser,
     dagster_env,
@@ -248,10 +249,12 @@ def test_run_from_ui_is_retried_per_dagster_yaml_and_materializes_the_partition(
 
     late = dagster_dev.root / "late-source"  # does not exist yet
     first = _launch_ingestion(dagster_dev, late, RUN_DATE)
-    # The daemon dequeues the run (QUEUED -> STARTING), then is held: it cannot retry the run before the export
-    # arrives below, however fast the run fails. The run itself goes on (its worker is the code server's child).
-    wait_for(lambda: run_status(dagster_dev, first)[0] != "QUEUED", 300, "the daemon to launch the run",
-             every_s=0.2, proc=dagster_dev.service.proc, log=dagster_dev.service.log)
+    # The daemon dequeues and launches the run, then is held: it cannot retry the run before the export arrives
+    # below, however fast the run fails. Held at STARTING (dequeued, not yet handed to the code server) the run
+    # would never start, so the hold waits for the worker's own STARTED (or its end): the run then goes on by
+    # itself, its worker is the code server's child.
+    wait_for(lambda: run_status(dagster_dev, first)[0] in {"STARTED"} | TERMINAL, 300,
+             "the run's worker to start", every_s=0.2, proc=dagster_dev.service.proc, log=dagster_dev.service.log)
     with dagster_dev.daemon_held():
         # A retry the daemon queued before it was held waits too (dequeuing is the daemon's); one already
         # launched would have read the source before it arrived.
