@@ -176,6 +176,7 @@ def test_reads_use_pyarrow_native_filesystem(lake):
     assert isinstance(dataset.filesystem.base_fs, pa_fs.LocalFileSystem)
 
 
+@pytest.mark.slow
 def test_query_process_exit_codes(lake):
     """The handler as a process: results exit 0, unknown IDs exit 2 with the message on stderr, no abort."""
     import subprocess

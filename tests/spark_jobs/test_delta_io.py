@@ -46,6 +46,7 @@ def test_write_read_time_travel(spark, tmp_path):
     assert read_table(spark, path, version=0).count() == 3
 
 
+@pytest.mark.slow
 def test_replace_where_is_idempotent(spark, tmp_path):
     path = str(tmp_path / "events")
     day1, day2 = dt.date(2024, 1, 1), dt.date(2024, 1, 2)
@@ -59,6 +60,7 @@ def test_replace_where_is_idempotent(spark, tmp_path):
     assert sorted(r.id for r in read_table(spark, path).collect()) == [1, 3]
 
 
+@pytest.mark.slow
 def test_replace_run_date_replaces_one_date_and_records_it(spark, tmp_path):
     path = str(tmp_path / "snapshots")
     day1, day2, never = dt.date(2024, 1, 1), dt.date(2024, 1, 2), dt.date(2024, 1, 3)
@@ -78,6 +80,7 @@ def test_replace_run_date_replaces_one_date_and_records_it(spark, tmp_path):
     assert read_table(spark, path).count() == 1  # day2's row, untouched by day1's rewrites
 
 
+@pytest.mark.slow
 def test_replace_table_from_itself_keeps_the_old_version(spark, tmp_path):
     path = str(tmp_path / "current")
     replace_table(spark.createDataFrame([(1, "a"), (2, "b")], "id int, v string"), path)
@@ -88,6 +91,7 @@ def test_replace_table_from_itself_keeps_the_old_version(spark, tmp_path):
     assert sorted(r.id for r in read_table(spark, path, version=0).collect()) == [1, 2]
 
 
+@pytest.mark.slow
 def test_upsert_updates_and_inserts(spark, tmp_path):
     path = str(tmp_path / "entities")
     upsert(spark, spark.createDataFrame([("a", "x"), ("b", "y")], "k string, v string"), path, ["k"])
@@ -95,6 +99,7 @@ def test_upsert_updates_and_inserts(spark, tmp_path):
     assert {(r.k, r.v) for r in read_table(spark, path).collect()} == {("a", "x"), ("b", "z"), ("c", "w")}
 
 
+@pytest.mark.slow
 def test_upsert_never_replaces_a_row_of_a_later_version_with_an_earlier_one(spark, tmp_path):
     """``newer``: re-running an old date keeps what a later date wrote; new keys are inserted all the same."""
     path, schema = str(tmp_path / "catalog"), "k string, v string, d date"
@@ -288,6 +293,7 @@ def _rows(spark, path: str, day: dt.date) -> set[int]:
     return {r.id for r in read_run_date(spark, path, day).collect()}
 
 
+@pytest.mark.slow
 def test_roll_back_restores_the_snapshot_before_the_write_and_forgets_its_run_date(spark, tmp_path):
     path = str(tmp_path / "edges")
     replace_run_date(_snapshot(spark, [(1,), (2,)], DAY1), path, DAY1)

@@ -80,6 +80,7 @@ def _collect(pub):
     return {name: df.collect() for name, df in pub.tables.items()}
 
 
+@pytest.mark.slow
 def test_first_publication(spark, catalog):
     entities, edges, total_weight = catalog
     outputs, hierarchy = _tables(spark, DAY1)
@@ -178,6 +179,7 @@ def test_long_assignments_and_model_version(spark):
         model_version_of(outputs, _tables(spark, DAY1, version="2")[1])
 
 
+@pytest.mark.slow
 def test_empty_clusters_are_not_published_and_orphans_follow_their_members(spark, catalog):
     entities, edges, _ = catalog
     outputs, hierarchy = _tables(spark, DAY1)

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import EVENT_DATE_COLUMN, source_ddl
 from hir_pipeline.evaluation.baselines import ALSConfig
-from hir_pipeline.evaluation.data import COLD, WARM, validation_split
+from hir_pipeline.evaluation.data import COLD, WARM, EvalData, validation_split
 from hir_pipeline.evaluation.runner import EvaluationSettings
 from hir_pipeline.model.config import ModelConfig
 from spark_jobs.evaluation.run import (
@@ -32,6 +32,23 @@ GRAPH = GraphConfig(broad_fanout=(4, 2), narrow_fanout=(3,), max_view_nodes=8, m
 SPLIT = SplitConfig(min_target_users=3, seed=1)
 #: The run's settings; the HIR model's max_dist is the graph's.
 CONFIG = EvaluationJobConfig(split=SPLIT, graph=GRAPH, model=ModelConfig(max_dist=3))
+
+
+def test_held_out_pairs_are_every_warm_and_cold_pair_the_inner_split_takes_from_training():
+    """The pairs whose events :func:`prepare_validation` drops are exactly those the inner split moved out of
+    ``train``: its warm validation targets and every pair on a new cold item (no Spark needed)."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(5)
+    train = sp.random(12, 9, density=0.5, format="csr", random_state=rng, dtype=np.float32)
+    data = EvalData([f"u{u}" for u in range(12)], [f"i{i}" for i in range(9)], train)
+    inner = validation_split(data, 0.3, seed=2, cold_fraction=0.25)
+    gone = held_out_pairs(data, inner)
+    targets = (inner.targets["validation"] + inner.targets[COLD]).tocoo()
+    assert len(gone) == len(set(gone)) == data.train.nnz - inner.train.nnz > 0
+    assert set(gone) == {(data.user_ids[u], data.item_ids[i]) for u, i in zip(targets.row, targets.col, strict=True)}
+    kept = inner.train.tocoo()
+    assert not set(gone) & {(data.user_ids[u], data.item_ids[i]) for u, i in zip(kept.row, kept.col, strict=True)}
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +80,7 @@ def prepared(source):
     return prepare_evaluation({"entities": entities, "relations": relations, "events": events}, None, RUN, CONFIG)
 
 
+@pytest.mark.slow
 def test_validation_inputs_never_hold_a_validation_pair(prepared, source):
     entities, relations, events = source
     split, data, outer_inputs = prepared

@@ -37,6 +37,17 @@ def _events(spark, last_of_u0: str):
         EVENT_DATE_COLUMN, F.to_date("event_ts"))
 
 
+def test_the_evaluation_graph_settings_must_be_the_models_and_the_splits():
+    """The structure embedding and the views of the evaluation graph are what the model reads: a model whose
+    ``max_dist`` is not the graph's, or a split drawn on another funnel, is refused before any Spark work."""
+    with pytest.raises(ValueError, match="max_dist 3 is not the graph's 2"):
+        EvaluationJobConfig(split=SPLIT, graph=GRAPH, model=ModelConfig(max_dist=3))
+    with pytest.raises(ValueError, match="funnel .* is not the graph.s"):
+        EvaluationJobConfig(split=dataclasses.replace(SPLIT, funnel=("impression", "click")), graph=GRAPH,
+                            model=ModelConfig(max_dist=GRAPH.max_dist))
+    assert CONFIG.graph.structure_embedding and CONFIG.graph.structure_dim == 8
+
+
 @pytest.fixture(scope="module")
 def source(spark):
     ents = [(f"u{u}", "user") for u in range(USERS)] + [(f"i{i}", "ad") for i in range(ITEMS)]
@@ -82,6 +93,7 @@ def test_a_held_out_edge_does_not_move_the_evaluation_structure_embedding(source
     assert np.abs(full["a"] - full["b"]).max() > 0.05
 
 
+@pytest.mark.slow
 def test_cold_items_get_a_structure_embedding_from_catalogue_edges(source, prepared_a):
     entities, relations, ev_a, _ = source
     inputs, _, cold = prepared_a

@@ -139,6 +139,7 @@ def test_projection_rows_equal_reference_and_are_very_sparse(spark):
     assert (other != r).mean() > 0.2  # the seed matters
 
 
+@pytest.mark.slow
 def test_projection_row_depends_on_entity_not_node_index(spark, graph):
     entities, edges = graph
     more = entities.unionByName(spark.createDataFrame([("a00_new", "ad", None, None, None, None, None)],
@@ -155,6 +156,7 @@ def test_projection_row_depends_on_entity_not_node_index(spark, graph):
     assert rows[False]["a1"][1] == rows[True]["a1"][1]  # ... and kept its random vector
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [CFG, dataclasses.replace(CFG, structure_degree_exponent=-0.5, structure_sparsity=2.0,
                                                           structure_iteration_weights=(0.0, 1.0))],
                          ids=["default_degree", "beta_-0.5"])
@@ -173,6 +175,7 @@ def test_spark_equals_numpy_reference(spark, graph, cfg):
     assert got_has[pos["cold_ad"]] and np.abs(got[pos["cold_ad"]]).sum() > 0
 
 
+@pytest.mark.slow
 def test_neighbourhood_similarity(spark, graph):
     """Nodes that share neighbours are closer than nodes in another component (what the signal is for)."""
     entities, edges = graph
@@ -185,6 +188,7 @@ def test_neighbourhood_similarity(spark, graph):
     assert cos("u3", "u4") > cos("u3", "u0") + 0.2  # u3, u4 both on a4
 
 
+@pytest.mark.slow
 def test_build_nodes_column_on_and_off(spark, graph):
     entities, edges = graph
     on = build_nodes(entities, edges, RUN, CFG)

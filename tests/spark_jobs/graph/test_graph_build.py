@@ -73,6 +73,7 @@ def _edge(edges, src, dst):
     return {r.edge_type: r for r in edges.where((F.col("src_id") == src) & (F.col("dst_id") == dst)).collect()}
 
 
+@pytest.mark.slow
 def test_edges_typed_by_deepest_stage_decayed_to_run_date(graph):
     edges = graph["edges"]
     (e,) = _edge(edges, "u0", "a000").values()
@@ -84,6 +85,7 @@ def test_edges_typed_by_deepest_stage_decayed_to_run_date(graph):
     assert e.run_date == RUN
 
 
+@pytest.mark.slow
 def test_reverse_edges_and_type_ids(graph):
     edges = graph["edges"]
     fwd = _edge(edges, "u0", "a000")["click"]
@@ -96,6 +98,7 @@ def test_reverse_edges_and_type_ids(graph):
     assert edges.count() == 2 * edges.where(~F.col("edge_type").startswith("rev_")).count()
 
 
+@pytest.mark.slow
 def test_rerunning_an_old_date_gives_the_same_edges(spark, graph):
     later = _event_rows() + [("u5", "a021", "conversion", _ts(RUN + dt.timedelta(days=5)))]
     again = build_edges(graph["ents"], graph["rels"], _events(spark, later), RUN, CFG)
@@ -103,6 +106,7 @@ def test_rerunning_an_old_date_gives_the_same_edges(spark, graph):
     assert sorted(again.select(cols).collect()) == sorted(graph["edges"].select(cols).collect())
 
 
+@pytest.mark.slow
 def test_lookback_window_drops_old_events(spark, graph):
     cfg = GraphConfig(lookback_days=10)
     edges = build_edges(graph["ents"], graph["rels"], graph["evs"], RUN, cfg)
@@ -111,6 +115,7 @@ def test_lookback_window_drops_old_events(spark, graph):
     assert not _edge(edges, "u1", "a002")
 
 
+@pytest.mark.slow
 def test_nodes_dense_sorted_index_and_degrees(graph):
     nodes = {r.entity_id: r for r in graph["nodes"].collect()}
     ids = sorted(nodes)
@@ -129,6 +134,7 @@ def _decode(row):
     return (np.frombuffer(row.dist, np.int8).reshape(n, n), np.frombuffer(row.edge_types, np.uint8).reshape(n, n))
 
 
+@pytest.mark.slow
 def test_views_structure_matches_networkx_on_induced_subgraph(graph):
     edges = graph["edges"].select("src_idx", "dst_idx", "edge_type_id").collect()
     types: dict[tuple[int, int], int] = {}
@@ -152,6 +158,7 @@ def test_views_structure_matches_networkx_on_induced_subgraph(graph):
                 assert et[i, j] == (0 if i == j else types.get((a, b), 0))
 
 
+@pytest.mark.slow
 def test_isolated_hub_and_selfloop_views(graph):
     views = {(r.anchor_id, r.view): r for r in graph["views"].collect()}
     iso = views[("p_iso", "broad")]
@@ -165,6 +172,7 @@ def test_isolated_hub_and_selfloop_views(graph):
     assert u5.truncated is False and list(u5.nodes)[2] == hub.anchor_idx and len(u5.nodes) == 3
 
 
+@pytest.mark.slow
 def test_views_deterministic_and_seeded(graph):
     cols = ["anchor_idx", "view", "nodes", "dist", "edge_types", "truncated"]
     first = sorted(tuple(r) for r in graph["views"].select(cols).collect())
@@ -177,6 +185,7 @@ def test_views_deterministic_and_seeded(graph):
     assert a[0] == b[0] and list(a) != list(b)
 
 
+@pytest.mark.slow
 def test_sample_views_members_match_build_views(graph):
     from spark_jobs.graph.views import sample_views
 
@@ -191,6 +200,7 @@ def test_sample_views_members_match_build_views(graph):
         assert [n for _, n, _ in got] == list(row.nodes) and any(t for *_, t in got) == row.truncated
 
 
+@pytest.mark.slow
 def test_checks_pass_on_good_data_and_fail_on_bad(spark, graph):
     nodes, edges, views = graph["nodes"], graph["edges"], graph["views"]
     results = {

@@ -67,6 +67,7 @@ def test_entity_reasons_and_kept_rows(spark):
     assert '"entity_type":"planet"' in raw_json, "the raw row is kept verbatim"
 
 
+@pytest.mark.slow
 def test_relation_reasons(spark):
     known = accepted(label_entities(_entities(spark)), "entities").select("entity_id")
     rows = [
@@ -108,6 +109,7 @@ def _events(spark):
     return conform("events", spark.createDataFrame(rows, cols))
 
 
+@pytest.mark.slow
 def test_event_reasons_and_window(spark):
     entities = accepted(label_entities(_entities(spark)), "entities")
     raw = _events(spark)
@@ -143,6 +145,7 @@ def test_time_bounds_follow_the_run_date_the_clock_and_the_settings():
         IngestConfig(horizon_days=0)
 
 
+@pytest.mark.slow
 def test_an_event_id_accepted_on_an_earlier_date_is_a_duplicate_and_the_earliest_copy_wins(spark):
     entities = accepted(label_entities(_entities(spark)), "entities")
     cols = "event_id string, user_id string, entity_id string, event_type string, event_ts string, value double"
@@ -161,6 +164,7 @@ def test_an_event_id_accepted_on_an_earlier_date_is_a_duplicate_and_the_earliest
         "event_id 'd1' already accepted on an earlier date"]
 
 
+@pytest.mark.slow
 def test_events_read_by_a_window_are_exactly_the_labelled_ones(spark):
     entities = accepted(label_entities(_entities(spark)), "entities")
     raw = _events(spark)

@@ -25,6 +25,7 @@ def _events(spark, path, days):
         "append").save(str(path))
 
 
+@pytest.mark.slow
 def test_the_first_ingestion_records_the_source_and_the_first_event_date(spark, tmp_path):
     events = str(tmp_path / "lake" / "events")
     assert lake_source(spark, events) is None and recorded_lake_source(events) is None  # no table yet
@@ -40,6 +41,7 @@ def test_the_first_ingestion_records_the_source_and_the_first_event_date(spark, 
     assert latest_version(spark, events) == version + 1
 
 
+@pytest.mark.slow
 def test_another_source_is_refused_naming_both_and_the_way_out(spark, tmp_path):
     events = str(tmp_path / "lake" / "events")
     refuse_other_source(spark, events, "movielens", str(tmp_path / "lake"))  # no lake yet: anything goes

@@ -12,6 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 import spark_jobs.publish.io as publish_io
+from hir_pipeline.contracts import OUTPUT_SCHEMAS
 from hir_pipeline.settings import project_root
 from spark_jobs.delta_io import read_run_date, read_table
 from spark_jobs.publish import MANIFEST_TABLE, WRITE_ORDER, write_publication
@@ -43,6 +44,7 @@ def _commit_ms(path) -> int:
     return DeltaTable(str(path)).history(1)[0]["timestamp"]
 
 
+@pytest.mark.slow
 def test_the_manifest_is_the_last_commit_and_records_the_four_versions(spark, runs):
     lake, first = runs["lake"], runs["written"][0]
     assert runs["order"] == [*WRITE_ORDER, MANIFEST_TABLE] * 3
@@ -60,6 +62,7 @@ def test_the_manifest_is_the_last_commit_and_records_the_four_versions(spark, ru
     assert read_table(spark, str(lake / MANIFEST_TABLE)).count() == 2  # and Spark reads what deltalake reads
 
 
+@pytest.mark.slow
 def test_republishing_a_date_replaces_its_row_in_one_commit(runs):
     lake, rerun = runs["lake"], runs["written"][2]
     assert rerun[MANIFEST_TABLE][0] == 2 and DeltaTable(str(lake / MANIFEST_TABLE)).version() == 2
@@ -80,6 +83,24 @@ def one_join(spark, lake: Path) -> dict:
     return {r.entity_id: r for r in spark.sql(sql).collect()}
 
 
+def test_the_documented_one_join_reads_tables_and_columns_the_contract_fixes():
+    """What the slow tests run from docs/querying.md names the manifest and a published table by their contract
+    names and joins on columns both have, and the manifest's contract is the schema checked above."""
+    sql = documented_sql("-- node_embeddings of the latest publication")
+    assert set(re.findall(r"delta\.`/data/lake/(\w+)`", sql)) == {"node_embeddings", MANIFEST_TABLE}
+    columns = {t: {c.name for c in OUTPUT_SCHEMAS[t]} for t in ("node_embeddings", MANIFEST_TABLE)}
+    (manifest_columns,) = re.findall(rf"SELECT ([\w, ]+) FROM delta\.`/data/lake/{MANIFEST_TABLE}`", sql)
+    p_columns = {c.strip() for c in manifest_columns.split(",")}
+    assert p_columns <= columns[MANIFEST_TABLE]
+    joined = re.findall(r"\b([ep])\.(\w+)\b", sql)
+    assert {c for a, c in joined if a == "e"} <= columns["node_embeddings"]
+    assert {c for a, c in joined if a == "p"} <= p_columns and len(joined) == 4
+    assert [(c.name, c.ddl) for c in OUTPUT_SCHEMAS[MANIFEST_TABLE]] == [
+        (n, {"long": "bigint"}.get(t, t)) for n, t in SCHEMA]
+    assert set(WRITE_ORDER) | {MANIFEST_TABLE} == set(OUTPUT_SCHEMAS)
+
+
+@pytest.mark.slow
 def test_the_documented_one_join_reads_exactly_the_latest_publication(spark, runs):
     """D1 was re-published last, but D2 is the latest run date: the join returns D2's rows by model 2."""
     expected = {r.entity_id: r for r in read_run_date(spark, str(runs["lake"] / "node_embeddings"), D2).collect()}

@@ -132,6 +132,7 @@ def test_interest_vocabularies_real_words_then_pseudo_words():
     assert interest_vocabularies((5, 4, 4)) == vocab  # independent of the seed, recoverable from the settings
 
 
+@pytest.mark.slow
 def test_vocabularies_from_the_source_marker_match_the_product_text(spark, source):
     from hir_pipeline.publish.labels import entity_terms
 
@@ -149,6 +150,7 @@ def test_vocabularies_from_the_source_marker_match_the_product_text(spark, sourc
         assert all(len(terms & v.terms) < len(own) for i, v in vocab.items() if i != r.level2)
 
 
+@pytest.mark.slow
 def test_ground_truth_hierarchy(spark, source):
     out, _ = source
     gt = _table(spark, out, "ground_truth")
