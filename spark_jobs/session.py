@@ -39,6 +39,9 @@ BASE_CONF: dict[str, str] = {
     # Delta rebuilds a table's state with 50 tasks per snapshot by default, sized for clusters; on a local session
     # every read of a small table then pays 50 tasks. Raise it with the shuffle partitions on a cluster.
     "spark.databricks.delta.snapshotPartitions": "8",
+    # Delta's VACUUM lists a table's files with this many tasks; Spark's default (10,000) made each VACUUM of a
+    # small local table take a minute (docs/results.md). Raise it with the shuffle partitions on a cluster.
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
     "spark.sql.adaptive.enabled": "true",
     "spark.ui.showConsoleProgress": "false",
     # The Spark UI has no authentication: nobody may kill a nightly job's stages from it.
