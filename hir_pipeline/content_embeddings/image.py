@@ -176,6 +176,15 @@ class ImageEncoder:
         return pooled.flatten(1)  # conv backbones pool to [B, C, 1, 1]
 
     @torch.inference_mode()
+    def encode_images(self, images: list) -> np.ndarray:
+        """Unit feature rows (float32 ``[len(images), dim]``) of decoded images, in one forward pass.
+
+        Args:
+            images: RGB PIL images (the caller batches them; :meth:`encode` reads and batches them from URIs).
+        """
+        return torch.nn.functional.normalize(self._features(images).float(), p=2, dim=-1).cpu().numpy()
+
+    @torch.inference_mode()
     def encode(self, uris: Sequence[str]) -> tuple[np.ndarray, list[str | None]]:
         """Embed the images at ``uris``.
 
@@ -195,8 +204,7 @@ class ImageEncoder:
                     ok_idx.append(i)
                     ok_imgs.append(loaded)
             if ok_imgs:
-                feats = torch.nn.functional.normalize(self._features(ok_imgs).float(), p=2, dim=-1)
-                out[ok_idx] = feats.cpu().numpy()
+                out[ok_idx] = self.encode_images(ok_imgs)
         n_err = sum(e is not None for e in errors)
         if n_err:
             log.warning("%d of %d images could not be embedded", n_err, len(uris))
