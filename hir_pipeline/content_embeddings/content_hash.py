@@ -65,11 +65,12 @@ def folder_fingerprint(folder: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def model_identifier(config: EmbeddingConfig) -> str:
-    """A string naming every model and output-affecting setting of ``config`` (changes => re-embed all).
+def models_identifier(config: EmbeddingConfig) -> str:
+    """The text and image models of ``config`` and their input settings: ``text=...|image=...``.
 
-    Example: ``content-v1|text=model@1f2e...;len=256|image=efficientnet-lite0@9a8b...;224;...
-    |attr=hash-v2/64;digits=3;ids=5d1c...|...|precision=bfloat16``.
+    Args:
+        config: the embedding config (its ``text_model``, ``max_text_length``, ``image_model``, ``image_weights``,
+            ``image_size``, ``image_mean`` and ``image_std``).
     """
     text_folder = resolve_model_folder(config.text_model)
     text = f"text={text_folder.name}@{folder_fingerprint(text_folder)};len={config.max_text_length}"
@@ -81,6 +82,18 @@ def model_identifier(config: EmbeddingConfig) -> str:
     else:
         image_folder = resolve_model_folder(config.image_model)
         image = f"image={image_folder.name}@{folder_fingerprint(image_folder)}"
+    return f"{text}|{image}"
+
+
+def model_identifier(config: EmbeddingConfig) -> str:
+    """A string naming every model and output-affecting setting of ``config`` (changes => re-embed all).
+
+    Example: ``content-v1|text=model@1f2e...;len=256|image=efficientnet-lite0@9a8b...;224;...
+    |attr=hash-v2/64;digits=3;ids=5d1c...|...|precision=bfloat16``.
+
+    Args:
+        config: the embedding config; ``precision: auto`` is resolved here (see ``EmbeddingConfig.resolved_precision``).
+    """
     f = config.fusion
     fusion = (f"fusion=t{f.text_weight:g},i{f.image_weight:g},a{f.attributes_weight:g};"
               f"img_dim={f.image_dim};seed={f.seed}")
@@ -88,4 +101,4 @@ def model_identifier(config: EmbeddingConfig) -> str:
     attributes = (f"attr={ATTRIBUTES_ENCODER_VERSION}/{config.attributes_dim};digits={config.attributes_number_digits};"
                   f"ids={id_keys}")
     precision = f"precision={config.resolved_precision()}"
-    return "|".join((EMBEDDING_CODE_VERSION, text, image, attributes, fusion, precision))
+    return "|".join((EMBEDDING_CODE_VERSION, models_identifier(config), attributes, fusion, precision))
