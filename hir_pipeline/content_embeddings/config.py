@@ -128,9 +128,15 @@ class EmbeddingConfig:
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         precision: compute precision of the text and image models: ``"float32"``, ``"bfloat16"`` (autocast:
             matrix products and convolutions in bfloat16, normalisations and pooling in float32) or ``"auto"``:
-            bfloat16 where the hardware computes it natively (CUDA with bf16, or a CPU with AVX512-BF16 or AMX),
-            else float32. bfloat16 is faster on such hardware, with vectors very close to the float32 ones (see
-            ``docs/results.md``). *(re-embeds: the resolved precision is part of the model identifier)*
+            by measurement, where the device computes bfloat16 natively (CUDA with bf16, or a CPU with AVX512-BF16
+            or AMX) a calibration batch is timed in both and bfloat16 kept only if faster for text and image alike
+            (not every such CPU runs it faster), the choice cached per host and models in ``precision_cache``;
+            float32 elsewhere. bfloat16 vectors are very close to the float32 ones (see ``docs/results.md``).
+            *(re-embeds: the resolved precision is part of the model identifier)*
+        calibration_size: texts and images (each) of the calibration batch that ``precision: "auto"`` times in
+            both precisions (one warm-up and two timed passes each, once per host and models).
+        precision_cache: JSON file of the calibrated precisions (per host, device, torch version and models);
+            ``None`` = ``precision_calibration.json`` in the state folder (``.hir/``, ``HIR_STATE_DIR``).
         torch_threads: intra-op threads per Python worker; ``None`` keeps torch's default (Spark sets
             ``OMP_NUM_THREADS = spark.task.cpus`` in its Python workers, so one thread per task core).
         num_partitions: Spark partitions of the rows to embed (~ number of concurrent model replicas);
@@ -152,6 +158,8 @@ class EmbeddingConfig:
     attributes_number_digits: int = 3
     device: str = "auto"
     precision: Precision = "auto"
+    calibration_size: int = 32
+    precision_cache: str | None = None
     torch_threads: int | None = None
     num_partitions: int | None = None
     fusion: FusionConfig = field(default_factory=FusionConfig)
@@ -169,6 +177,8 @@ class EmbeddingConfig:
             re.compile(self.attributes_id_keys)
         except re.error as exc:
             raise ValueError(f"attributes_id_keys is not a regular expression: {exc}") from None
+        if self.calibration_size < 1:
+            raise ValueError("calibration_size must be >= 1")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
 
@@ -181,17 +191,24 @@ class EmbeddingConfig:
         return "cuda" if torch.cuda.is_available() else "cpu"
 
     def resolved_precision(self) -> str:
-        """``"float32"`` or ``"bfloat16"``: what ``precision`` stands for on this machine's ``device``."""
+        """``"float32"`` or ``"bfloat16"``: what ``precision`` stands for on this machine's ``device``.
+
+        ``"auto"`` is resolved by measurement (:func:`hir_pipeline.content_embeddings.precision.calibrate`): cached
+        per host and models, timed (loading the models) on the first call.
+        """
         if self.precision != "auto":
             return self.precision
-        import torch
+        from hir_pipeline.content_embeddings.precision import calibrate  # it loads the models: imported on use
 
-        if self.resolved_device().startswith("cuda"):
-            native = torch.cuda.is_bf16_supported()
-        else:  # torch.cpu exposes these checks only as private helpers; absent means "not known to be native"
-            native = any(getattr(torch.cpu, name, lambda: False)()
-                         for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
-        return "bfloat16" if native else "float32"
+        return calibrate(self).precision
+
+    def resolved_precision_cache(self) -> Path:
+        """The calibration cache file (configured, or ``precision_calibration.json`` in the state folder)."""
+        if self.precision_cache:
+            return Path(self.precision_cache).expanduser()
+        from hir_pipeline.settings import state_dir
+
+        return state_dir() / "precision_calibration.json"
 
     def resolved_image_weights(self) -> str:
         """The EfficientNet weights file (configured, or the bundled Lite0 one)."""

@@ -17,6 +17,7 @@ from hir_pipeline.content_embeddings.attributes import encode_attributes
 from hir_pipeline.content_embeddings.config import EFFICIENTNET_LITE0, EmbeddingConfig
 from hir_pipeline.content_embeddings.fusion import Fusion
 from hir_pipeline.content_embeddings.image import EFFICIENTNET_LITE0_DIM, ImageEncoder
+from hir_pipeline.content_embeddings.precision import autocast
 from hir_pipeline.content_embeddings.text import TextEncoder
 
 log = logging.getLogger(__name__)
@@ -76,11 +77,6 @@ class ContentEmbedder:
         self._image: ImageEncoder | None = None
         self._fusion: Fusion | None = None
 
-    def _autocast(self) -> torch.autocast:
-        # Mixed precision: matmuls/convolutions in bfloat16, normalisation and pooling kept in float32 by autocast.
-        return torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16,
-                              enabled=self.precision == "bfloat16")
-
     @property
     def image(self) -> ImageEncoder:
         if self._image is None:
@@ -112,7 +108,7 @@ class ContentEmbedder:
         texts = [entity_text(t, d) for t, d in zip(titles, descriptions, strict=True)]
         text_idx = [i for i, t in enumerate(texts) if t is not None]
         text_mat = np.zeros((n, self.text.dim), dtype=np.float32)
-        with self._autocast():
+        with autocast(self.device, self.precision):
             text_mat[text_idx] = self.text.encode([texts[i] for i in text_idx])
         text_ok = np.zeros(n, dtype=bool)
         text_ok[text_idx] = True
@@ -123,7 +119,7 @@ class ContentEmbedder:
         image_ok = np.zeros(n, dtype=bool)
         image_error: list[str | None] = [None] * n
         if image_idx:
-            with self._autocast():
+            with autocast(self.device, self.precision):
                 vectors, errors = self.image.encode([uris[i] for i in image_idx])
             for row, i in enumerate(image_idx):
                 image_error[i] = errors[row]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from hir_pipeline.content_embeddings.attributes import encode_attributes, number_buckets, parse_attributes
 from hir_pipeline.content_embeddings.config import EmbeddingConfig, FusionConfig
+from hir_pipeline.content_embeddings.config import EmbeddingConfig as _EmbeddingConfig
 from hir_pipeline.content_embeddings.content_hash import content_hash, model_identifier
 from hir_pipeline.content_embeddings.fusion import Fusion, orthonormal_projection
 from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
@@ -146,6 +148,8 @@ def test_model_identifier_tracks_models_and_output_settings(tmp_path):
     a = str(build_tiny_text_model(tmp_path / "a", seed=0))
     b = str(build_tiny_text_model(tmp_path / "b", seed=1))
     image = str(build_tiny_image_model(tmp_path / "img"))
+    # A fixed precision: "auto" would time the models (tests/hir_pipeline/content_embeddings/test_precision.py).
+    EmbeddingConfig = functools.partial(_EmbeddingConfig, precision="float32")  # noqa: N806
     cfg_a = EmbeddingConfig(text_model=a, image_model=image)
     assert model_identifier(cfg_a) == model_identifier(EmbeddingConfig(text_model=a, image_model=image))
     assert model_identifier(cfg_a) != model_identifier(EmbeddingConfig(text_model=b, image_model=image))
@@ -167,7 +171,8 @@ def test_precision_is_validated_resolved_and_part_of_the_identifier(tmp_path):
     bf16 = EmbeddingConfig(text_model=text, image_model=image, precision="bfloat16")
     assert model_identifier(fp32) != model_identifier(bf16)
     assert model_identifier(fp32).endswith("precision=float32")
-    auto = EmbeddingConfig(text_model=text, image_model=image)
+    auto = EmbeddingConfig(text_model=text, image_model=image, calibration_size=4,
+                           precision_cache=str(tmp_path / "precision.json"))
     assert auto.resolved_precision() in {"float32", "bfloat16"}
     assert model_identifier(auto) in {model_identifier(fp32), model_identifier(bf16)}
     with pytest.raises(ValueError, match="precision"):
