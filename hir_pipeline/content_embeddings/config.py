@@ -136,7 +136,8 @@ class EmbeddingConfig:
         calibration_size: texts and images (each) of the calibration batch that ``precision: "auto"`` times in
             both precisions (one warm-up and two timed passes each, once per host and models).
         precision_cache: JSON file of the calibrated precisions (per host, device, torch version and models);
-            ``None`` = ``precision_calibration.json`` in the state folder (``.hir/``, ``HIR_STATE_DIR``).
+            ``None`` = ``precision_calibration.json`` in the cache folder (``.cache/``, ``HIR_CACHE_DIR``): a
+            fact about the host, shared by every project state on it.
         torch_threads: intra-op threads per Python worker; ``None`` keeps torch's default (Spark sets
             ``OMP_NUM_THREADS = spark.task.cpus`` in its Python workers, so one thread per task core).
         num_partitions: Spark partitions of the rows to embed (~ number of concurrent model replicas);
@@ -203,12 +204,12 @@ class EmbeddingConfig:
         return calibrate(self).precision
 
     def resolved_precision_cache(self) -> Path:
-        """The calibration cache file (configured, or ``precision_calibration.json`` in the state folder)."""
+        """The calibration cache file (configured, or ``precision_calibration.json`` in the cache folder)."""
         if self.precision_cache:
             return Path(self.precision_cache).expanduser()
-        from hir_pipeline.settings import state_dir
+        from hir_pipeline.settings import cache_dir
 
-        return state_dir() / "precision_calibration.json"
+        return cache_dir() / "precision_calibration.json"
 
     def resolved_image_weights(self) -> str:
         """The EfficientNet weights file (configured, or the bundled Lite0 one)."""

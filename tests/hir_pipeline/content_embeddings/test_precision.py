@@ -110,9 +110,11 @@ def test_no_native_bfloat16_is_float32_without_calibration(tmp_path, monkeypatch
     assert config.resolved_precision() == "float32" and not (tmp_path / "p.json").exists()
 
 
-def test_cache_location_is_a_setting_defaulting_to_the_state_folder(tmp_path, monkeypatch):
+def test_cache_location_is_a_setting_defaulting_to_the_host_cache_folder(tmp_path, monkeypatch):
+    """A host fact, not a project's: every state folder on the host (each test's, each project's) shares it."""
     monkeypatch.setenv("HIR_STATE_DIR", str(tmp_path / "state"))
-    assert EmbeddingConfig().resolved_precision_cache() == tmp_path / "state" / "precision_calibration.json"
+    monkeypatch.setenv("HIR_CACHE_DIR", str(tmp_path / "cache"))
+    assert EmbeddingConfig().resolved_precision_cache() == tmp_path / "cache" / "precision_calibration.json"
     assert EmbeddingConfig(precision_cache=str(tmp_path / "x.json")).resolved_precision_cache() == tmp_path / "x.json"
     with pytest.raises(ValueError, match="calibration_size"):
         EmbeddingConfig(calibration_size=0)
