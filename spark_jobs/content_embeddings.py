@@ -38,6 +38,7 @@ from pyspark.sql import functions as F
 
 from hir_pipeline.content_embeddings.config import EmbeddingConfig
 from hir_pipeline.content_embeddings.content_hash import CONTENT_FIELDS, model_identifier
+from hir_pipeline.content_embeddings.precision import resolved_precision
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ def embed_content(
         alone: no row this run, retried next run).
     """
     # Resolved once here, so the driver's model id and every worker's models agree on the precision.
-    config = dataclasses.replace(config, precision=config.resolved_precision())
+    config = dataclasses.replace(config, precision=resolved_precision(config))
     model_id = model_identifier(config)
     content = entities.where(F.col("entity_type").isin(list(CONTENT_ENTITY_TYPES))).select(
         "entity_id", "entity_type", *CONTENT_FIELDS,

@@ -191,18 +191,6 @@ class EmbeddingConfig:
 
         return "cuda" if torch.cuda.is_available() else "cpu"
 
-    def resolved_precision(self) -> str:
-        """``"float32"`` or ``"bfloat16"``: what ``precision`` stands for on this machine's ``device``.
-
-        ``"auto"`` is resolved by measurement (:func:`hir_pipeline.content_embeddings.precision.calibrate`): cached
-        per host and models, timed (loading the models) on the first call.
-        """
-        if self.precision != "auto":
-            return self.precision
-        from hir_pipeline.content_embeddings.precision import calibrate  # it loads the models: imported on use
-
-        return calibrate(self).precision
-
     def resolved_precision_cache(self) -> Path:
         """The calibration cache file (configured, or ``precision_calibration.json`` in the cache folder)."""
         if self.precision_cache:

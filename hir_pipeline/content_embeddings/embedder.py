@@ -17,7 +17,7 @@ from hir_pipeline.content_embeddings.attributes import encode_attributes
 from hir_pipeline.content_embeddings.config import EFFICIENTNET_LITE0, EmbeddingConfig
 from hir_pipeline.content_embeddings.fusion import Fusion
 from hir_pipeline.content_embeddings.image import EFFICIENTNET_LITE0_DIM, ImageEncoder
-from hir_pipeline.content_embeddings.precision import autocast
+from hir_pipeline.content_embeddings.precision import autocast, resolved_precision
 from hir_pipeline.content_embeddings.text import TextEncoder
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class ContentEmbedder:
     def __init__(self, config: EmbeddingConfig) -> None:
         self.config = config
         self.device = config.resolved_device()
-        self.precision = config.resolved_precision()
+        self.precision = resolved_precision(config)
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
         self.text = TextEncoder(config.text_model, max_length=config.max_text_length,

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from hir_pipeline.content_embeddings.config import EmbeddingConfig
+from hir_pipeline.content_embeddings.model_fingerprint import models_identifier
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +108,6 @@ def calibration_key(config: EmbeddingConfig, device: str) -> str:
         config: the embedding config (its models and their input settings).
         device: torch device string the models run on.
     """
-    from hir_pipeline.content_embeddings.content_hash import models_identifier
-
     return f"host={platform.node()}|device={device}|torch={torch.__version__}|{models_identifier(config)}"
 
 
@@ -236,3 +235,15 @@ def calibrate(config: EmbeddingConfig) -> Calibration:
     write_cache(path, key, {"precision": precision, "seconds": seconds, "calibration_size": config.calibration_size,
                             "measured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
     return Calibration(precision, seconds, cached=False, key=key)
+
+
+def resolved_precision(config: EmbeddingConfig) -> str:
+    """``"float32"`` or ``"bfloat16"``: what ``config.precision`` stands for on this machine's device.
+
+    ``"auto"`` is resolved by measurement (:func:`calibrate`): cached per host and models, timed (loading the models)
+    on the first call.
+
+    Args:
+        config: the embedding config.
+    """
+    return config.precision if config.precision != "auto" else calibrate(config).precision

@@ -13,6 +13,7 @@ from hir_pipeline.content_embeddings.config import EmbeddingConfig, FusionConfig
 from hir_pipeline.content_embeddings.config import EmbeddingConfig as _EmbeddingConfig
 from hir_pipeline.content_embeddings.content_hash import content_hash, model_identifier
 from hir_pipeline.content_embeddings.fusion import Fusion, orthonormal_projection
+from hir_pipeline.content_embeddings.precision import resolved_precision
 from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
 
@@ -173,7 +174,7 @@ def test_precision_is_validated_resolved_and_part_of_the_identifier(tmp_path):
     assert model_identifier(fp32).endswith("precision=float32")
     auto = EmbeddingConfig(text_model=text, image_model=image, calibration_size=4,
                            precision_cache=str(tmp_path / "precision.json"))
-    assert auto.resolved_precision() in {"float32", "bfloat16"}
+    assert resolved_precision(auto) in {"float32", "bfloat16"}
     assert model_identifier(auto) in {model_identifier(fp32), model_identifier(bf16)}
     with pytest.raises(ValueError, match="precision"):
         EmbeddingConfig(text_model=text, image_model=image, precision="float16")

@@ -73,7 +73,7 @@ def test_auto_is_measured_once_then_read_from_the_cache(tiny_models, tmp_path, n
 
     second = calibration.calibrate(config)
     assert len(native_bf16) == 1 and second.cached and second.precision == first.precision
-    assert config.resolved_precision() == first.precision and len(native_bf16) == 1  # the config reads it too
+    assert calibration.resolved_precision(config) == first.precision and len(native_bf16) == 1  # from the cache
 
 
 def test_cache_entries_of_other_hosts_and_models_are_ignored(tiny_models, tmp_path, native_bf16, monkeypatch):
@@ -97,9 +97,9 @@ def test_measured_timings_decide_and_an_unreadable_cache_is_measured_again(tiny_
     config = _config(tiny_models, tmp_path)
     config.resolved_precision_cache().parent.mkdir(parents=True)
     config.resolved_precision_cache().write_text("{not json")
-    assert config.resolved_precision() == "bfloat16"
+    assert calibration.resolved_precision(config) == "bfloat16"
     monkeypatch.setattr(calibration, "measure", lambda config, device: _timings((1.0, 1.3), (2.0, 1.0)))
-    assert config.resolved_precision() == "bfloat16"  # cached: the new (slower) timings are never taken
+    assert calibration.resolved_precision(config) == "bfloat16"  # cached: the new (slower) timings are never taken
 
 
 def test_no_native_bfloat16_is_float32_without_calibration(tmp_path, monkeypatch):
@@ -107,7 +107,7 @@ def test_no_native_bfloat16_is_float32_without_calibration(tmp_path, monkeypatch
     monkeypatch.setattr(calibration, "measure", lambda config, device: pytest.fail("must not calibrate"))
     config = EmbeddingConfig(device="cpu", precision_cache=str(tmp_path / "p.json"))
     assert calibration.calibrate(config) == calibration.Calibration("float32")
-    assert config.resolved_precision() == "float32" and not (tmp_path / "p.json").exists()
+    assert calibration.resolved_precision(config) == "float32" and not (tmp_path / "p.json").exists()
 
 
 def test_cache_location_is_a_setting_defaulting_to_the_host_cache_folder(tmp_path, monkeypatch):
