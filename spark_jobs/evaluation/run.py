@@ -47,7 +47,7 @@ from hir_pipeline.evaluation.runner import (
 from hir_pipeline.evaluation.scoring import EmbeddingScorer
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.model.tree import majority_parents
-from hir_pipeline.publish.labels import count_level_terms, level_labels
+from hir_pipeline.publish.labels import ancestor_chains, count_level_terms, level_labels
 from hir_pipeline.timing import Stages
 from spark_jobs.delta_io import MissingInput, read_table, replace_run_date, table_exists
 from spark_jobs.evaluation.data import collect_entity_content, collect_eval_data
@@ -353,7 +353,8 @@ def label_purity_level_rows(
 ) -> list[MetricRow]:
     """Label purity rows (:mod:`hir_pipeline.evaluation.label_purity`) of the model level paired with the finest
     planted level (``level2``): its clusters labelled as a publication labels them (the same terms, the same
-    label settings, siblings under the model's tree).
+    label settings, each cluster compared with its parent cluster and distinct among its siblings under the
+    model's tree).
 
     Args:
         entities: bronze entities (``entity_id, entity_type, title, description, attributes``).
@@ -370,18 +371,21 @@ def label_purity_level_rows(
         return []
     level = paired[0]
     terms: dict[str, set[str]] = {}
-    for entity, term in entity_terms(entities, settings.label_entity_types).toLocalIterator():
+    types: dict[str, str] = {}
+    for entity, entity_type, term in entity_terms(entities, settings.label_entity_types).toLocalIterator():
         terms.setdefault(entity, set()).add(term)
+        types[entity] = entity_type
     index = {e: i for i, e in enumerate(entity_ids)}
     assign = np.asarray(clusters.assignments[level])
     members = {e: int(assign[index[e]]) for e in terms if e in index}
-    parents: dict[int, int | None] = {}
-    if level > 0:
-        up = (np.asarray(clusters.parent_maps[level - 1]) if clusters.parent_maps is not None
-              else majority_parents(assign, np.asarray(clusters.assignments[level - 1]),
-                                    int(clusters.level_sizes[level])))
-        parents = {c: int(p) for c, p in enumerate(up)}
-    labels = level_labels(count_level_terms(terms, members), parents, settings.label_terms)
+    parents: list[dict[int, int | None]] = [{}]
+    for lvl in range(1, level + 1):  # the model's tree above the level: comparison sets and siblings
+        up = (np.asarray(clusters.parent_maps[lvl - 1]) if clusters.parent_maps is not None
+              else majority_parents(np.asarray(clusters.assignments[lvl]), np.asarray(clusters.assignments[lvl - 1]),
+                                    int(clusters.level_sizes[lvl])))
+        parents.append({c: int(p) for c, p in enumerate(up)})
+    chains = ancestor_chains(parents, level, set(members.values()))
+    labels = level_labels(count_level_terms(terms, members, chains, types), chains, settings.label_terms)
     fine = {e: (truth.get(e) or {}).get("level2") for e in members}
     return label_purity_rows(label_purity(labels, members, fine, vocabularies), vocabularies, level)
 

@@ -12,9 +12,10 @@ published cluster IDs come from :mod:`spark_jobs.publish.matching`.
 from __future__ import annotations
 
 import datetime as dt
-from collections import defaultdict
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -27,8 +28,12 @@ from hir_pipeline.publish.labels import (
     STOPWORDS,
     TERM_PATTERN,
     LevelTerms,
+    TermCounts,
+    ancestor_chains,
     level_labels,
     make_label,
+    reference_keys,
+    reference_members,
 )
 from hir_pipeline.publish.stable_ids import MatchConfig, StableHierarchy
 from spark_jobs.publish.matching import ClusterIds, stable_mapping
@@ -46,12 +51,12 @@ class PublishSettings:
         top_members: entity IDs listed per cluster in ``cluster_profiles.top_members``.
         top_member_types: entity types eligible as top members (content entities by default: user IDs say
             nothing to a reader and are personal data).
-        label_terms: terms in a cluster label (those that most set its members apart from the catalogue,
-            :mod:`hir_pipeline.publish.labels`).
+        label_terms: terms in a cluster label (those that most set its members apart from their parent cluster,
+            the catalogue at level 0: :mod:`hir_pipeline.publish.labels`).
         label_entity_types: entity types whose text and attribute values make the labels (content entities by
             default: users' attributes are personal data and say little about an interest).
         max_terms_per_cluster: most frequent terms per cluster brought to the driver for the lift ranking
-            (catalogue frequencies are computed over all terms in Spark).
+            (their counts in each comparison set are exact: summed in Spark over all its members).
         supergraph_edge_types: ``graph_edges.edge_type`` values aggregated into the super-graph (None: all).
     """
 
@@ -207,8 +212,8 @@ def interest_supergraph(
 
 
 def entity_terms(entities: DataFrame, entity_types: Sequence[str]) -> DataFrame:
-    """``entity_id, term``: the distinct terms of each entity of ``entity_types``, tokenized exactly like
-    :func:`hir_pipeline.publish.labels.entity_terms` (title, description and the attributes' values, not keys).
+    """``entity_id, entity_type, term``: the distinct terms of each entity of ``entity_types``, tokenized exactly
+    like :func:`hir_pipeline.publish.labels.entity_terms` (title, description and the attributes' values, not keys).
 
     Args:
         entities: ``entity_id, entity_type, title, description`` and, when present, ``attributes`` (JSON object).
@@ -220,42 +225,82 @@ def entity_terms(entities: DataFrame, entity_types: Sequence[str]) -> DataFrame:
     text = F.lower(F.concat_ws(" ", *parts))
     return (
         entities.where(F.col("entity_type").isin(list(entity_types)))
-        .select("entity_id", F.explode(F.array_distinct(F.split(text, SPLIT_PATTERN))).alias("term"))
+        .select("entity_id", "entity_type", F.explode(F.array_distinct(F.split(text, SPLIT_PATTERN))).alias("term"))
         .where((F.length("term") >= MIN_TERM_LENGTH) & F.col("term").rlike(TERM_PATTERN)
                & ~F.col("term").isin(sorted(STOPWORDS)))
         .distinct()
     )
 
 
-def level_term_counts(assignments: DataFrame, terms: DataFrame, max_terms: int) -> dict[int, LevelTerms]:
-    """Per level, the :class:`~hir_pipeline.publish.labels.LevelTerms` of its clusters, aggregated in Spark.
+def _nested(rows: Sequence[Any], *keys: str, value: str) -> dict[Any, Any]:
+    """Collected rows (or dicts) as nested dicts ``keys[0] -> keys[1] -> ... -> int(value)``."""
+    out: dict[Any, Any] = {}
+    for r in rows:
+        node = out
+        for k in keys[:-1]:
+            node = node.setdefault(r[k], {})
+        node[r[keys[-1]]] = int(r[value])
+    return out
+
+
+def level_term_counts(
+    assignments: DataFrame,
+    terms: DataFrame,
+    parents: Sequence[Mapping[int, int | None]],
+    max_terms: int,
+) -> dict[int, tuple[LevelTerms, dict[int, tuple[int, ...]]]]:
+    """Per level, the :class:`~hir_pipeline.publish.labels.LevelTerms` of its clusters (and their ancestor chains),
+    aggregated in Spark: the twin of :func:`hir_pipeline.publish.labels.count_level_terms`.
+
+    Member counts per cluster and type reach the driver first, which picks each cluster's comparison set
+    (:func:`~hir_pipeline.publish.labels.reference_keys`); the comparison sets' term counts are then summed in Spark
+    over their clusters, exactly, for the terms the clusters bring to the driver.
 
     Args:
         assignments: published assignments (``entity_id, level, cluster_id``).
         terms: :func:`entity_terms` (one row per entity and distinct term).
+        parents: per level, published cluster -> published parent (None at level 0).
         max_terms: each cluster's most frequent terms brought to the driver.
     """
+    spark = assignments.sparkSession
     labelled = assignments.select("entity_id", "level", "cluster_id").join(
-        terms.select("entity_id").distinct(), "entity_id")
-    members = labelled.groupBy("level", "cluster_id").count().collect()
-    counts = assignments.select("entity_id", "level", "cluster_id").join(terms, "entity_id") \
-        .groupBy("level", "cluster_id", "term").agg(F.count(F.lit(1)).alias("n"))
-    rank = F.row_number().over(Window.partitionBy("level", "cluster_id").orderBy(F.desc("n"), "term"))
-    top = counts.withColumn("_rank", rank).where(F.col("_rank") <= max_terms).drop("_rank")
-    catalogue = terms.join(labelled.where(F.col("level") == 0).select("entity_id"), "entity_id")
-    doc_freq = catalogue.groupBy("term").agg(F.count(F.lit(1)).alias("df"))
-    rows = top.join(doc_freq, "term").collect()
-    by_level: dict[int, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
-    dfs: dict[int, dict[str, int]] = defaultdict(dict)
-    for r in rows:
-        by_level[int(r["level"])][int(r["cluster_id"])][r["term"]] = int(r["n"])
-        dfs[int(r["level"])][r["term"]] = int(r["df"])
-    sizes: dict[int, dict[int, int]] = defaultdict(dict)
-    for level, cluster, n in members:
-        sizes[int(level)][int(cluster)] = int(n)
-    n_entities = sum(sizes[0].values())  # every entity is assigned at every level: level 0 is the catalogue
-    return {level: LevelTerms({c: dict(t) for c, t in by_level[level].items()}, sizes[level], dfs[level], n_entities)
-            for level in sizes}
+        terms.select("entity_id", "entity_type").distinct(), "entity_id")
+    members = _nested(labelled.groupBy("level", "cluster_id", "entity_type").count().collect(),
+                      "level", "cluster_id", "entity_type", value="count")
+    chains, keys, rows = {}, {}, []
+    for level, sizes in members.items():
+        chains[level] = ancestor_chains(parents, level, sizes)
+        keys[level] = reference_keys({c: sum(by_type.values()) for c, by_type in sizes.items()}, chains[level])
+        for key, parts in reference_members(keys[level].values(), sizes, chains[level]).items():
+            rows += [(level, c, *key) for c in parts]
+    # (level, cluster) -> every comparison set it is part of; and the one each cluster is compared with
+    part_of = spark.createDataFrame(rows, "level int, cluster_id int, ref_depth int, ref_id int")
+    own_key = spark.createDataFrame([(lvl, c, *k) for lvl, ks in keys.items() for c, k in ks.items()],
+                                    "level int, cluster_id int, ref_depth int, ref_id int")
+    counts = (assignments.select("entity_id", "level", "cluster_id").join(terms, "entity_id")
+              .groupBy("level", "cluster_id", "entity_type", "term").agg(F.count(F.lit(1)).alias("n"))).persist()
+    totals = counts.groupBy("level", "cluster_id", "term").agg(F.sum("n").alias("total"))
+    rank = F.row_number().over(Window.partitionBy("level", "cluster_id").orderBy(F.desc("total"), "term"))
+    top = totals.withColumn("_rank", rank).where(F.col("_rank") <= max_terms).select("level", "cluster_id", "term")
+    own = counts.join(top, ["level", "cluster_id", "term"]).collect()
+    wanted = top.join(own_key, ["level", "cluster_id"]).select("level", "ref_depth", "ref_id", "term").distinct()
+    ref = (counts.join(part_of, ["level", "cluster_id"]).join(wanted, ["level", "ref_depth", "ref_id", "term"])
+           .groupBy("level", "ref_depth", "ref_id", "term", "entity_type").agg(F.sum("n").alias("n")).collect())
+    counts.unpersist()
+    own_terms = _nested(own, "level", "cluster_id", "term", "entity_type", value="n")
+    ref_terms = _nested([r.asDict() | {"key": (r["ref_depth"], r["ref_id"])} for r in ref],
+                        "level", "key", "term", "entity_type", value="n")
+    out: dict[int, tuple[LevelTerms, dict[int, tuple[int, ...]]]] = {}
+    for level, sizes in members.items():
+        clusters = {c: TermCounts(by_type, own_terms.get(level, {}).get(c, {})) for c, by_type in sizes.items()}
+        sets = {}
+        for key, parts in reference_members(keys[level].values(), sizes, chains[level]).items():
+            ref_members: Counter[str] = Counter()
+            for c in parts:
+                ref_members.update(sizes[c])
+            sets[key] = TermCounts(dict(ref_members), ref_terms.get(level, {}).get(key, {}))
+        out[level] = (LevelTerms(clusters, {c: sets[keys[level][c]] for c in clusters}), chains[level])
+    return out
 
 
 def cluster_labels(
@@ -264,7 +309,8 @@ def cluster_labels(
     parents: Sequence[Mapping[int, int | None]],
     settings: PublishSettings,
 ) -> dict[tuple[int, int], list[str]]:
-    """(level, published cluster) -> the terms that most set its members apart, distinct among siblings.
+    """(level, published cluster) -> the terms that most set its members apart from its parent cluster (the
+    catalogue at level 0), distinct among siblings.
 
     Args:
         assignments: published assignments (``entity_id, level, cluster_id``).
@@ -273,12 +319,11 @@ def cluster_labels(
         settings: terms per label, labelled entity types, terms brought to the driver.
     """
     terms = entity_terms(entities, settings.label_entity_types).persist()
-    levels = level_term_counts(assignments, terms, settings.max_terms_per_cluster)
+    levels = level_term_counts(assignments, terms, parents, settings.max_terms_per_cluster)
     terms.unpersist()
     out: dict[tuple[int, int], list[str]] = {}
-    for level, counts in levels.items():
-        up = parents[level] if level < len(parents) else {}
-        out.update({(level, c): t for c, t in level_labels(counts, up, settings.label_terms).items()})
+    for level, (counts, chains) in levels.items():
+        out.update({(level, c): t for c, t in level_labels(counts, chains, settings.label_terms).items()})
     return out
 
 

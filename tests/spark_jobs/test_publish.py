@@ -209,3 +209,38 @@ def test_entity_terms_match_the_in_memory_twin(spark):
         got.setdefault(r.entity_id, set()).add(r.term)
     assert got == {e: python_terms(t, d, a) for e, typ, t, d, a in rows if typ != "user"}
     assert "noir" in got["m1"] and "kitchen" in got["a1"] and "department" not in got["a1"]
+
+
+def test_label_counts_and_labels_match_the_in_memory_twin(spark):
+    from hir_pipeline.publish.labels import ancestor_chains, count_level_terms, entity_terms, level_labels
+    from spark_jobs.publish.transform import entity_terms as spark_terms
+    from spark_jobs.publish.transform import level_term_counts
+
+    # movies carry a template, the companies do not; level 1: crime (0) and animation (1) films under coarse
+    # cluster 0, the companies in 2 and 3 under coarse cluster 1, and an only child (4) under coarse cluster 2
+    genres = ["Crime Thriller", "Crime Drama", "Crime Mystery", "Animation Family", "Animation Musical", "Family"]
+    rows = [(f"m{i}", "movie", f"Title{i}", f"Movie. Genres: {g}. Released 1995.", f'{{"genres": "{g}"}}')
+            for i, g in enumerate(genres)]
+    rows += [(f"s{i}", "company", f"Studio{i}", "Production company.", '{"country": "France"}') for i in range(5)]
+    fine = {**{f"m{i}": 0 if i < 3 else 1 for i in range(6)}, "s0": 2, "s1": 2, "s2": 3, "s3": 4, "s4": 4}
+    parents = [{0: None, 1: None, 2: None}, {0: 0, 1: 0, 2: 1, 3: 1, 4: 2}]
+    coarse = {e: parents[1][c] for e, c in fine.items()}
+    entities = spark.createDataFrame(rows, "entity_id string, entity_type string, title string, description string, "
+                                           "attributes string")
+    long = [(e, lvl, c) for lvl, level in enumerate((coarse, fine)) for e, c in level.items()]
+    assignments = spark.createDataFrame(long, "entity_id string, level int, cluster_id int")
+    got = level_term_counts(assignments, spark_terms(entities, ("movie", "company")), parents, max_terms=200)
+    terms = {e: entity_terms(t, d, a) for e, _, t, d, a in rows}
+    types = {e: typ for e, typ, *_ in rows}
+    for level, clusters in enumerate((coarse, fine)):
+        chains = ancestor_chains(parents, level, set(clusters.values()))
+        want = count_level_terms(terms, clusters, chains, types)
+        counts, spark_chains = got[level]
+        assert spark_chains == chains and counts.clusters == want.clusters
+        for c, own in want.clusters.items():  # the comparison sets, for the terms the cluster brought
+            assert counts.references[c].members == want.references[c].members
+            ref, want_ref = counts.references[c].terms, want.references[c].terms
+            assert {t: ref[t] for t in own.terms} == {t: want_ref[t] for t in own.terms}
+        labels = level_labels(counts, chains, 3)
+        assert labels == level_labels(want, chains, 3)
+        assert not {"movie", "genres", "released"} & {t for got in labels.values() for t in got}
