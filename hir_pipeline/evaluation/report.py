@@ -83,6 +83,10 @@ def comparison_table(rows: Sequence[MetricRow], k: int = 20, note: str | None = 
                   and s == "all")
     if nmis:
         lines.append("NMI vs planted hierarchy: " + ", ".join(f"{name[4:]} {v:.3f}" for _, name, v in nmis))
+    purity = sorted((name, v) for m, _, name, v in rows if m == "hir" and name.startswith("label_purity_"))
+    if purity:  # label_purity_level_<l> / label_purity_real_words_level_<l> (hir_pipeline.evaluation.label_purity)
+        lines.append("label purity vs planted vocabularies: " + ", ".join(
+            f"{name.removeprefix('label_purity_').replace('_', ' ')} {v:.3f}" for name, v in purity))
     if note:
         lines.append(note)
     return "\n".join(lines)

@@ -168,6 +168,14 @@ def test_table_names_the_best_baseline_like_the_runner():
     assert "warm recall@20 vs best baseline (popularity) = 1.20x" in comparison_table(rows, 20)
 
 
+def test_table_reports_the_label_purity_on_a_planted_source():
+    rows = [("hir", "warm", "recall_at_20", 0.3), ("hir", "item", "label_purity_level_2", 0.75),
+            ("hir", "item", "label_purity_real_words_level_2", 0.875)]
+    table = comparison_table(rows, 20)
+    assert "label purity vs planted vocabularies: level 2 0.750, real words level 2 0.875" in table
+    assert "label purity" not in comparison_table(rows[:1], 20)
+
+
 def test_clustering_rows_items_sharpness_and_tree_agreement():
     ids = ["u1", "u2", "p1", "p2", "adv"]
     types = ["user", "user", "product", "product", "advertiser"]
