@@ -236,6 +236,11 @@ class TrainConfig:
         engagement_weights: weight of an engaged (user, item) pair in the engagement loss per funnel stage,
             aligned with the graph's funnel (0 = not engagement); ``None``: the stage's depth above the first
             (``0, 1, 2, 3`` for the default funnel).
+        processes: data-parallel training processes (the world size); 1 = one process, today's loop. With more,
+            each rank trains on its shard of every global batch of ``batch_size`` anchors (and
+            ``engagement_batch_size`` pairs) and the gradients are averaged across ranks
+            (``hir_pipeline.training.parallel``); the launcher (``torchrun``, ``TorchDistributor``) starts the
+            processes and ``hir_pipeline.training.distributed.train_rank`` joins them.
     """
 
     epochs: int = 10
@@ -261,8 +266,11 @@ class TrainConfig:
     published_encoder: PublishedEncoder = "student"
     schedule_budget_s: float | None = None
     engagement_weights: tuple[float, ...] | None = None
+    processes: int = 1
 
     def __post_init__(self) -> None:
+        if self.processes < 1:
+            raise ValueError("processes must be >= 1")
         if self.schedule_budget_s is not None and self.schedule_budget_s <= 0:
             raise ValueError("schedule_budget_s must be > 0 (or None: no limit)")
         if self.id_lr is not None and self.id_lr < 0:

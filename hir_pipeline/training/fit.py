@@ -113,6 +113,7 @@ def run_fingerprint(inputs: ModelInputs, model_cfg: ModelConfig, train_cfg: Trai
                     inputs_fingerprint: str | None = None) -> str:
     """Hash of the inputs and every setting that changes the trained model (not device, logging, paths).
 
+    ``processes`` counts when above 1 (per-rank shards and in-batch negatives change the trained model).
     ``published_encoder`` counts although both encoders are trained either way: the fingerprint names the
     published model (and its MLflow run, whose params must not change on a resume).
 
@@ -123,6 +124,8 @@ def run_fingerprint(inputs: ModelInputs, model_cfg: ModelConfig, train_cfg: Trai
         inputs_fingerprint: ``inputs.fingerprint()`` when already computed.
     """
     train = {k: v for k, v in dataclasses.asdict(train_cfg).items() if k not in _OPERATIONAL_FIELDS}
+    if train["processes"] == 1:  # one process hashes as before the setting existed: its checkpoints stay resumable
+        del train["processes"]
     payload = json.dumps({"inputs": inputs_fingerprint or inputs.fingerprint(),
                           "model": dataclasses.asdict(model_cfg), "train": train}, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:32]

@@ -123,6 +123,14 @@ def test_history_settings_change_the_fingerprint(inputs):
         assert run_fingerprint(inputs, model, train) != base
 
 
+def test_processes_change_the_fingerprint_only_above_one(inputs):
+    base = run_fingerprint(inputs, MODEL, TRAIN)
+    assert run_fingerprint(inputs, MODEL, dataclasses.replace(TRAIN, processes=1)) == base
+    assert run_fingerprint(inputs, MODEL, dataclasses.replace(TRAIN, processes=2)) != base
+    with pytest.raises(ValueError, match="processes"):
+        TrainConfig(processes=0)
+
+
 class _Crash(RuntimeError):
     pass
 
