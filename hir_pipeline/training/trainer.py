@@ -14,6 +14,17 @@ Reproducibility and crash safety: all randomness of epoch ``e`` is drawn from ge
 ``(seed, e)``, and every epoch ends with an atomic checkpoint (model, teacher, optimizer, centers, RNG
 states, epoch). ``fit`` resumes from the latest checkpoint, so "train 2 epochs" equals "train 1, crash,
 resume 1" exactly on CPU.
+
+Data parallel (``TrainConfig.processes > 1``, inside a ``torch.distributed`` group; see
+``hir_pipeline.training.parallel``): every rank draws the same global batch of ``batch_size`` anchors and
+``engagement_batch_size`` pairs from the shared ``(seed, epoch)`` generator and trains on its disjoint shard; the
+gradients are averaged over ranks before clipping and the optimizer step, so all ranks keep identical students and,
+by the same EMA update, identical teachers; the DINO centers follow the mean over ranks of the per-rank batch means,
+and the cross-entity bank receives every rank's teacher targets. Per rank, not global: the student-view
+augmentation and dropout (generators seeded by ``(seed, epoch, rank)``), the multi-crop share, and the engagement
+InfoNCE's in-batch negatives, which are the other pairs *of the rank's shard* (``engagement_batch_size /
+processes`` candidates instead of ``engagement_batch_size``, as in CLIP without a gather). The loss curve therefore
+follows the one-process curve closely but not exactly. Only rank 0 writes checkpoints.
 """
 
 from __future__ import annotations
@@ -48,6 +59,7 @@ from hir_pipeline.model.hierarchy import cluster_perplexity, hierarchy_consisten
 from hir_pipeline.model.hir_model import HIRModel
 from hir_pipeline.model.history import pair_exclusions
 from hir_pipeline.training.collate import augment_view, drop_node
+from hir_pipeline.training.parallel import Ranks, pad_cyclic
 from hir_pipeline.training.sampling import EngagementSampler, partner_lists
 
 log = logging.getLogger(__name__)
@@ -119,15 +131,20 @@ class Trainer:
         self.sampler = self._sampler(engagement)
         self.partners = self._partners(engagement, seen)
         self.use_bf16 = bool(train_cfg.bf16 and self.device.type == "cuda" and torch.cuda.is_bf16_supported())
+        #: the data-parallel group, or ``None`` in one process (today's loop, unchanged)
+        self.ranks = Ranks.joined(train_cfg.processes, self.device) if train_cfg.processes > 1 else None
 
         torch.manual_seed(train_cfg.seed)
         self.student = HIRModel(model_cfg).to(self.device)
         self.teacher = copy.deepcopy(self.student)
         self.teacher.requires_grad_(False)
+        if self.ranks is not None:  # same seed, same init; the broadcast makes it certain (as DDP does)
+            self.ranks.broadcast_parameters([self.student, self.teacher])
         self.optimizer = torch.optim.AdamW(self._param_groups(), lr=train_cfg.lr)
         self.loss_fn = HierarchicalDINOLoss(
             model_cfg.level_sizes, model_cfg.student_temp, model_cfg.teacher_temp, model_cfg.center_momentum,
             model_cfg.teacher_target, model_cfg.sinkhorn_iters,
+            center_sync=None if self.ranks is None else self.ranks.mean,
         ).to(self.device)
         self.engagement_temp = EngagementTemperature(
             model_cfg.engagement_temp, model_cfg.engagement_temp_mode == "learned", model_cfg.engagement_temp_min,
@@ -347,6 +364,8 @@ class Trainer:
             loss = loss + mc.engagement_weight * eng
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.ranks is not None:  # before clipping: every rank clips and steps on the same global gradient
+            self.ranks.average_gradients([p for group in self.optimizer.param_groups for p in group["params"]])
         if tc.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.student.parameters(), tc.grad_clip)
         self.optimizer.step()
@@ -375,6 +394,8 @@ class Trainer:
         if self.partners is None:
             return
         a = torch.as_tensor(anchors, device=self.device)
+        if self.ranks is not None:  # every rank's bank holds every anchor's latest targets, as in one process
+            a, t_probs = self.ranks.gather_rows(a, t_probs)
         for bank, probs in zip(self.bank, t_probs, strict=True):
             bank[a] = probs.to(bank.dtype)
         self.bank_filled[a] = True
@@ -392,8 +413,12 @@ class Trainer:
 
     def _run_epoch(self, epoch: int) -> dict[str, Any]:
         tc = self.cfg
-        rng = np.random.default_rng([tc.seed, epoch])
-        torch.manual_seed(tc.seed * 1_000_003 + epoch + 1)  # dropout masks of this epoch
+        rng = np.random.default_rng([tc.seed, epoch])  # batch order and pair draws: shared by every rank
+        aug_rng, dropout_seed = rng, tc.seed * 1_000_003 + epoch + 1
+        if self.ranks is not None:  # augmentation and dropout differ per rank (their own shards' views)
+            aug_rng = np.random.default_rng([tc.seed, epoch, 1 + self.ranks.rank])
+            dropout_seed += 7_919 * self.ranks.rank
+        torch.manual_seed(dropout_seed)  # dropout masks of this epoch
         self.student.train()
         self.teacher.train(False)
         perm = rng.permutation(self.anchors)
@@ -407,7 +432,11 @@ class Trainer:
             anchors = perm[i * tc.batch_size:(i + 1) * tc.batch_size]
             pair_idx = None if self.sampler is None else self.sampler.draw(rng, tc.engagement_batch_size)
             step = epoch * self.steps_per_epoch + i
-            out = self.train_step(step, anchors, rng, pair_idx)
+            if self.ranks is not None:  # a short last batch is topped up so that no rank's shard is empty
+                world = self.ranks.world_size
+                anchors = self.ranks.shard(pad_cyclic(anchors, perm, world))
+                pair_idx = None if pair_idx is None else self.ranks.shard(pad_cyclic(pair_idx, pair_idx, world))
+            out = self.train_step(step, anchors, aug_rng, pair_idx)
             for key in sums:
                 sums[key] += out[key]
             for lvl in range(n_levels):
@@ -417,6 +446,13 @@ class Trainer:
             if tc.log_every and (i + 1) % tc.log_every == 0:
                 log.info("epoch %d step %d/%d loss %.4f (%.1f steps/s)", epoch, i + 1, self.steps_per_epoch,
                          sums["loss"] / (i + 1), (i + 1) / (time.perf_counter() - t0))
+        if self.ranks is not None:  # metrics of the global batches: every rank reports the same numbers
+            keys = list(sums)
+            means = self.ranks.mean(torch.tensor([sums[k] for k in keys] + level_sums, dtype=torch.float64))
+            sums = dict(zip(keys, means[:len(keys)].tolist(), strict=True))
+            level_sums = means[len(keys):].tolist()
+            prob_sums = list(self.ranks.sum(torch.cat(prob_sums)).split(list(self.model_cfg.level_sizes)))
+            n_rows = int(self.ranks.sum(torch.tensor([n_rows])).item())
         steps = self.steps_per_epoch
         elapsed = time.perf_counter() - t0
         metrics: dict[str, Any] = {key: value / steps for key, value in sums.items()}
@@ -439,10 +475,15 @@ class Trainer:
             metrics = self._run_epoch(epoch)
             self.epoch, trained = epoch + 1, trained + 1
             if self.cfg.schedule_budget_s is not None:
-                self.fit_schedule_to_budget(time.perf_counter() - start, trained)
+                elapsed = time.perf_counter() - start
+                # every rank must plan the same epochs: the slowest rank's time decides
+                self.fit_schedule_to_budget(elapsed if self.ranks is None else self.ranks.max_float(elapsed), trained)
             metrics["planned_epochs"] = self.epochs
             self.history.append(metrics)
-            self.save_checkpoint()
+            if self.ranks is None or self.ranks.is_main:
+                self.save_checkpoint()
+            if self.ranks is not None:  # no rank runs ahead of a checkpoint it might have to resume from
+                self.ranks.barrier()
             log.info("epoch %d done in %.1fs: loss %.4f dino %.4f engagement %.4f perplexity %s", epoch,
                      metrics["epoch_time_s"], metrics["loss"], metrics["dino"], metrics["engagement"],
                      [round(metrics[f"perplexity_level_{lv}"], 2) for lv in range(self.model_cfg.num_levels)])
