@@ -1,15 +1,26 @@
-"""Data-parallel training on CPU with real gloo process groups: batch sharding and the trainer's checks."""
+"""Data-parallel training on CPU with real gloo process groups: batch sharding, the entry function
+``train_rank``, and equivalence with one process (2 ranks of global batch B follow the 1-process loss curve of
+batch B, end with identical models on every rank, and repeat exactly for a fixed seed)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+import torch.multiprocessing as mp
 
 from hir_pipeline.contracts import ENTITY_TYPES
 from hir_pipeline.model import ModelConfig, TrainConfig
 from hir_pipeline.training import Trainer
+from hir_pipeline.training.distributed import save_inputs, train_rank
 from hir_pipeline.training.fit import resolve_model_config
 from hir_pipeline.training.inputs import ModelInputs
 from hir_pipeline.training.parallel import pad_cyclic, shard_rows
@@ -19,6 +30,9 @@ MODEL = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, out_dim=8, content
                     level_sizes=(2, 4), max_dist=3, attn_block_size=16, teacher_temp=0.07)
 TRAIN = TrainConfig(epochs=6, batch_size=16, engagement_batch_size=16, lr=3e-3, warmup_steps=2, log_every=0,
                     pad_to=16, seed=3, device="cpu")
+#: Largest relative gap between the per-epoch DINO and cross-entity losses of 2 ranks and of 1 process: the
+#: ranks draw their own augmentations and dropout masks (measured: at most 4.3 % on this graph and seed).
+DISTILL_RTOL = 0.10
 
 
 def toy_inputs() -> ModelInputs:
@@ -53,3 +67,78 @@ def test_more_processes_than_one_need_a_process_group():
     cfg = resolve_model_config(MODEL, toy)
     with pytest.raises(RuntimeError, match="process group"):
         Trainer(cfg, dataclasses.replace(TRAIN, processes=2), toy.features(cfg), toy.broad_views)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world: int, port: int, inputs_path: str, train_cfg: TrainConfig, out_dir: str) -> None:
+    """One spawned rank: join the gloo group through the launcher's variables, as under torchrun."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    result = train_rank(inputs_path, MODEL, train_cfg, f"{out_dir}/checkpoints")
+    with open(f"{out_dir}/rank{rank}.json", "w") as f:
+        json.dump(result, f, default=str)
+
+
+def _run_ranks(world: int, inputs_path: str, train_cfg: TrainConfig, out_dir) -> list[dict]:
+    out_dir.mkdir()
+    mp.spawn(_rank_main, args=(world, _free_port(), inputs_path, train_cfg, str(out_dir)), nprocs=world)
+    return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+@pytest.mark.slow
+def test_two_ranks_follow_one_process_and_repeat_exactly(tmp_path):
+    inputs = toy_inputs()
+    inputs_path = str(save_inputs(inputs, tmp_path / "inputs.pkl"))
+    cfg = resolve_model_config(MODEL, inputs)
+    single = Trainer(cfg, TRAIN, inputs.features(cfg), inputs.broad_views, inputs.narrow_views,
+                     inputs.engagement).fit()
+
+    two = dataclasses.replace(TRAIN, processes=2)
+    first = _run_ranks(2, inputs_path, two, tmp_path / "first")
+    again = _run_ranks(2, inputs_path, two, tmp_path / "again")
+
+    # Every rank ends with the same student and teacher (train_rank also checks it), the same metrics, and a
+    # rerun with the same seed gives the same model bit for bit.
+    assert first[0]["digest"] == first[1]["digest"] == again[0]["digest"]
+    timeless = [[{k: v for k, v in m.items() if k not in ("epoch_time_s", "steps_per_s")} for m in run["history"]]
+                for run in first]
+    assert timeless[0] == timeless[1]
+    curves = {key: (np.array([m[key] for m in single]), np.array([m[key] for m in first[0]["history"]]))
+              for key in ("loss", "dino", "cross_entity", "engagement")}
+    for key, (one, two_ranks) in curves.items():
+        print(f"{key:>12}: 1 process {one.round(3).tolist()}\n{'':>12}  2 ranks   {two_ranks.round(3).tolist()}")
+    # The distillation terms see the same global batch (gradients averaged, centers all-reduced, the bank
+    # gathered); they differ only by each rank's own augmentation and dropout draws: measured within 4.3 %.
+    for key in ("dino", "cross_entity"):
+        np.testing.assert_allclose(curves[key][1], curves[key][0], rtol=DISTILL_RTOL, err_msg=key)
+    # The engagement InfoNCE is not comparable term for term: a rank's in-batch negatives are the other pairs of
+    # its shard (B/2 candidates instead of B), an easier softmax, so its value is lower (by about ln 2 at chance).
+    eng_1, eng_2 = curves["engagement"]
+    assert (eng_2 <= eng_1 * 1.05).all() and eng_2[-1] < eng_2[0]
+
+
+@pytest.mark.slow
+def test_torchrun_entry_trains_and_resumes_from_rank_0_checkpoints(tmp_path):
+    save_inputs(toy_inputs(), tmp_path / "inputs.pkl")
+    (tmp_path / "model.json").write_text(json.dumps(dataclasses.asdict(MODEL)))
+    train = {k: v for k, v in dataclasses.asdict(TRAIN).items() if k != "processes"}  # from torchrun's world size
+    (tmp_path / "train.json").write_text(json.dumps({**train, "epochs": 2}))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "hir_pipeline.training.distributed", "--inputs", "inputs.pkl", "--checkpoint-dir", "ckpt",
+               "--model-config", "model.json", "--train-config", "train.json", "--threads", "1"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    summaries = []
+    for name in ("first.json", "resumed.json"):  # the second run finds both epochs in rank 0's checkpoints
+        subprocess.run([*command, "--summary", name], cwd=tmp_path, env=env, check=True, timeout=300)
+        summaries.append(json.loads((tmp_path / name).read_text()))
+    first, resumed = summaries
+    assert first["world_size"] == 2 and len(first["history"]) == 2
+    assert resumed["digest"] == first["digest"] and resumed["history"] == first["history"]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["epoch_0000.pt", "epoch_0001.pt",
+                                                                       "fingerprint.json"]
