@@ -173,9 +173,37 @@ class Ranks:
 
         return gather(index), [gather(r) for r in rows]
 
+    def gather_with_grad(self, rows: Tensor) -> Tensor:
+        """Every rank's ``rows`` (equally many on each) concatenated in rank order, differentiable: the gradient of
+        this rank's slice is the sum over ranks of their gradients of it (an all-reduce), so a loss computed
+        identically on every rank from the gathered rows, then averaged by :meth:`average_gradients`, trains as
+        that loss in one process.
+
+        Args:
+            rows: ``[R, ...]`` this rank's rows (the same ``R`` on every rank).
+        """
+        return _GatherRows.apply(rows, self.rank, self.world_size)
+
     def barrier(self) -> None:
         """Wait for every rank (after rank 0 wrote a file the others read)."""
         if self.device.type == "cuda":
             dist.barrier(device_ids=[self.device.index or 0])
         else:
             dist.barrier()
+
+
+class _GatherRows(torch.autograd.Function):
+    """All-gather forward, all-reduce-then-slice backward (gloo has no reduce-scatter)."""
+
+    @staticmethod
+    def forward(ctx, rows: Tensor, rank: int, world_size: int) -> Tensor:
+        ctx.rank, ctx.rows = rank, len(rows)
+        parts = [torch.empty_like(rows) for _ in range(world_size)]
+        dist.all_gather(parts, rows.contiguous())
+        return torch.cat(parts)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad)
+        return grad[ctx.rank * ctx.rows:(ctx.rank + 1) * ctx.rows], None, None

@@ -20,11 +20,14 @@ Data parallel (``TrainConfig.processes > 1``, inside a ``torch.distributed`` gro
 ``engagement_batch_size`` pairs from the shared ``(seed, epoch)`` generator and trains on its disjoint shard; the
 gradients are averaged over ranks before clipping and the optimizer step, so all ranks keep identical students and,
 by the same EMA update, identical teachers; the DINO centers follow the mean over ranks of the per-rank batch means,
-and the cross-entity bank receives every rank's teacher targets. Per rank, not global: the student-view
-augmentation and dropout (generators seeded by ``(seed, epoch, rank)``), the multi-crop share, and the engagement
-InfoNCE's in-batch negatives, which are the other pairs *of the rank's shard* (``engagement_batch_size /
-processes`` candidates instead of ``engagement_batch_size``, as in CLIP without a gather). The loss curve therefore
-follows the one-process curve closely but not exactly. Only rank 0 writes checkpoints.
+and the cross-entity bank receives every rank's teacher targets. In-batch negatives: each rank embeds its shard
+of the pairs, the pair embeddings are all-gathered (differentiably, as CLIP does), and every rank scores the
+engagement InfoNCE over the *global* batch, so each pair's negatives are the other ``engagement_batch_size - 1``
+pairs of all ranks, as in one process. Per rank, not global: the student-view augmentation and dropout (generators
+seeded by ``(seed, epoch, rank)``), the multi-crop share (of the rank's anchors) and, when a batch does not split
+evenly, the DINO mean (a mean of per-rank means); so the loss curve follows the one-process curve closely, and
+exactly up to float rounding without augmentation, dropout and multi-crop on evenly split batches. Only rank 0 writes
+checkpoints.
 """
 
 from __future__ import annotations
@@ -299,7 +302,8 @@ class Trainer:
             step: global step (drives the learning-rate and EMA schedules).
             anchors: anchor node ids of the batch.
             rng: generator of the student-view augmentation.
-            pair_idx: rows of the engagement sampler to use, or ``None``.
+            pair_idx: rows of the engagement sampler to use (data parallel: the global batch, whose shard this
+                rank embeds), or ``None``.
 
         Returns:
             ``loss``, ``dino``, ``cross_entity``, ``engagement``, ``engagement_temp``, ``per_level`` floats and the
@@ -318,7 +322,9 @@ class Trainer:
         teacher_views = [self.broad[int(a)] for a in anchors]
         if pair_idx is not None:
             sampler = self.sampler
-            users, items = sampler.users[pair_idx], sampler.items[pair_idx]
+            # Data parallel: ``pair_idx`` is the global batch; this rank embeds its shard of the pairs.
+            local_idx = pair_idx if self.ranks is None else self.ranks.shard(pair_idx)
+            users, items = sampler.users[local_idx], sampler.items[local_idx]
             student_views += self.pair_views(users, items)
         s_batch = pack_views(student_views, pad_to=tc.pad_to, max_dist=mc.max_dist)
         if pair_idx is not None and self.features.history is not None:
@@ -345,8 +351,12 @@ class Trainer:
         eng = torch.zeros((), device=self.device)
         temperature = self.engagement_temp()
         if pair_idx is not None:
-            p = len(pair_idx)
+            p = len(local_idx)
             emb = s_out.embedding
+            user_emb, item_emb = emb[n_distill:n_distill + p], emb[n_distill + p:]
+            if self.ranks is not None:  # in-batch negatives of the global batch: every rank scores all its pairs
+                user_emb, item_emb = self.ranks.gather_with_grad(user_emb), self.ranks.gather_with_grad(item_emb)
+                users, items = sampler.users[pair_idx], sampler.items[pair_idx]
             u_ids, i_ids = torch.as_tensor(users, device=self.device), torch.as_tensor(items, device=self.device)
             known = sampler.positive_mask(pair_idx)
             negatives = InBatchNegatives(
@@ -358,7 +368,7 @@ class Trainer:
                 positive_mask=None if known is None else torch.as_tensor(known, device=self.device),
             )
             eng = engagement_infonce(
-                emb[n_distill:n_distill + p], emb[n_distill + p:],
+                user_emb, item_emb,
                 torch.as_tensor(sampler.loss_weight[pair_idx], device=self.device), temperature, negatives,
             )
             loss = loss + mc.engagement_weight * eng
@@ -382,9 +392,17 @@ class Trainer:
             return torch.zeros((), device=self.device)
         a = torch.as_tensor(anchors, device=self.device)
         targets, has = cross_entity_targets(a, *self.partners, self.bank, self.bank_filled)
+        st = self.model_cfg.student_temp
+        if self.ranks is not None:  # the mean over the *global* batch's anchors with a target (shards hold unequal
+            # numbers): this rank's sum scaled so that the average over ranks is that mean
+            count = int(self.ranks.sum(has.sum()).item())
+            if count == 0:
+                return torch.zeros((), device=self.device)
+            scale = self.ranks.world_size / count
+            return torch.stack([soft_cross_entropy(s[has], t[has], st).sum() * scale
+                                for s, t in zip(student_logits, targets, strict=True)]).sum()
         if not bool(has.any()):
             return torch.zeros((), device=self.device)
-        st = self.model_cfg.student_temp
         return torch.stack([soft_cross_entropy(s[has], t[has], st).mean()
                             for s, t in zip(student_logits, targets, strict=True)]).sum()
 
@@ -435,7 +453,8 @@ class Trainer:
             if self.ranks is not None:  # a short last batch is topped up so that no rank's shard is empty
                 world = self.ranks.world_size
                 anchors = self.ranks.shard(pad_cyclic(anchors, perm, world))
-                pair_idx = None if pair_idx is None else self.ranks.shard(pad_cyclic(pair_idx, pair_idx, world))
+                if pair_idx is not None:  # equal shards (gathered for the negatives), none empty
+                    pair_idx = pad_cyclic(pair_idx, pair_idx, -(-len(pair_idx) // world) * world)
             out = self.train_step(step, anchors, aug_rng, pair_idx)
             for key in sums:
                 sums[key] += out[key]
