@@ -29,7 +29,7 @@ import torch.distributed as dist
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.training.fit import prepare_checkpoint_dir, resolve_model_config, run_fingerprint
 from hir_pipeline.training.inputs import ModelInputs
-from hir_pipeline.training.trainer import Trainer, latest_checkpoint
+from hir_pipeline.training.trainer import EpochCallback, Trainer, latest_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,7 @@ def train_rank(
     model_cfg: ModelConfig,
     train_cfg: TrainConfig,
     checkpoint_dir: str | os.PathLike,
+    on_epoch_end: EpochCallback | None = None,
 ) -> dict[str, Any]:
     """Train this process's rank of a ``train_cfg.processes``-way data-parallel run; returns its summary.
 
@@ -103,6 +104,8 @@ def train_rank(
             ``engagement_batch_size`` are global (split over the ranks); ``device`` ``auto`` / ``cuda`` picks
             ``cuda:LOCAL_RANK``.
         checkpoint_dir: folder of the run's checkpoints (shared by the ranks; written by rank 0 only).
+        on_epoch_end: ``callback(epoch, metrics)`` on every rank after each epoch's checkpoint; an exception raised
+            there stops training (a relaunch resumes after that epoch).
 
     Returns:
         ``rank``, ``world_size``, ``fingerprint``, ``history`` (per-epoch metrics, the same on every rank),
@@ -125,7 +128,8 @@ def train_rank(
             prepare_checkpoint_dir(checkpoint_dir, fingerprint)
         dist.barrier()  # no rank looks for checkpoints before rank 0 removed stale ones
         trainer = Trainer(model_cfg, train_cfg, inputs.features(model_cfg), inputs.broad_views,
-                          inputs.narrow_views or None, inputs.engagement, seen=inputs.seen_pairs)
+                          inputs.narrow_views or None, inputs.engagement, on_epoch_end=on_epoch_end,
+                          seen=inputs.seen_pairs)
         history = trainer.fit()
         digest = parameter_digest(trainer.student, trainer.teacher)
         digests = [None] * dist.get_world_size()

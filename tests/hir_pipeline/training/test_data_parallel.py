@@ -1,6 +1,7 @@
 """Data-parallel training on CPU with real gloo process groups: batch sharding, the entry function
 ``train_rank``, and equivalence with one process (2 ranks of global batch B follow the 1-process loss curve of
-batch B, end with identical models on every rank, and repeat exactly for a fixed seed)."""
+batch B, to float rounding without in-step randomness; end with identical models on every rank; repeat exactly
+for a fixed seed, also stopped and resumed from rank 0's checkpoints)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import torch.multiprocessing as mp
 
 from hir_pipeline.contracts import ENTITY_TYPES
 from hir_pipeline.model import ModelConfig, TrainConfig
-from hir_pipeline.training import Trainer
+from hir_pipeline.training import Trainer, latest_checkpoint
 from hir_pipeline.training.distributed import save_inputs, train_rank
 from hir_pipeline.training.fit import resolve_model_config
 from hir_pipeline.training.inputs import ModelInputs
@@ -83,21 +84,44 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class _Crash(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class _CrashAfter:
+    """An ``on_epoch_end`` that stops the job after ``epoch`` (its checkpoint written) on every rank."""
+
+    epoch: int
+
+    def __call__(self, epoch: int, metrics: dict) -> None:
+        if epoch == self.epoch:
+            raise _Crash(f"stopped after epoch {epoch}")
+
+
 def _rank_main(rank: int, world: int, port: int, inputs_path: str, configs: tuple[ModelConfig, TrainConfig],
-               out_dir: str) -> None:
+               out_dir: str, crash_after: int | None = None) -> None:
     """One spawned rank: join the gloo group through the launcher's variables, as under torchrun."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
-    result = train_rank(inputs_path, *configs, f"{out_dir}/checkpoints")
+    stop = None if crash_after is None else _CrashAfter(crash_after)
+    result = train_rank(inputs_path, *configs, f"{out_dir}/checkpoints", on_epoch_end=stop)
     with open(f"{out_dir}/rank{rank}.json", "w") as f:
         json.dump(result, f, default=str)
 
 
-def _run_ranks(world: int, inputs_path: str, model: ModelConfig, out_dir) -> list[dict]:
-    out_dir.mkdir()
+def _run_ranks(world: int, inputs_path: str, model: ModelConfig, out_dir, crash_after: int | None = None
+               ) -> list[dict]:
+    """Train ``world`` spawned ranks in ``out_dir`` (resuming its checkpoints); each rank's ``train_rank`` result."""
+    out_dir.mkdir(exist_ok=True)
     configs = (model, dataclasses.replace(TRAIN, processes=world))
-    mp.spawn(_rank_main, args=(world, _free_port(), inputs_path, configs, str(out_dir)), nprocs=world)
+    args = (world, _free_port(), inputs_path, configs, str(out_dir), crash_after)
+    if crash_after is not None:
+        with pytest.raises(mp.ProcessRaisedException, match="stopped after epoch"):
+            mp.spawn(_rank_main, args=args, nprocs=world)
+        return []
+    mp.spawn(_rank_main, args=args, nprocs=world)
     return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(world)]
 
 
@@ -128,15 +152,17 @@ def test_without_in_step_randomness_two_ranks_reproduce_one_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_ranks_follow_one_process_and_repeat_exactly(tmp_path):
+def test_two_ranks_follow_one_process_and_repeat_exactly_also_after_a_crash(tmp_path):
     inputs = toy_inputs()
     inputs_path = str(save_inputs(inputs, tmp_path / "inputs.pkl"))
     first = _run_ranks(2, inputs_path, MODEL, tmp_path / "first")
-    again = _run_ranks(2, inputs_path, MODEL, tmp_path / "again")
+    _run_ranks(2, inputs_path, MODEL, tmp_path / "again", crash_after=2)  # rank 0 wrote epochs 0..2, then a crash
+    assert latest_checkpoint(tmp_path / "again" / "checkpoints").name == "epoch_0002.pt"
+    again = _run_ranks(2, inputs_path, MODEL, tmp_path / "again")  # every rank resumes from rank 0's checkpoint
 
     # Every rank ends with the same student and teacher (train_rank also checks it), the same metrics, and a
-    # rerun with the same seed gives the same model bit for bit.
-    assert first[0]["digest"] == first[1]["digest"] == again[0]["digest"]
+    # rerun with the same seed, stopped and resumed halfway, gives the same model bit for bit.
+    assert first[0]["digest"] == first[1]["digest"] == again[0]["digest"] == again[1]["digest"]
     timeless = [[{k: v for k, v in m.items() if k not in ("epoch_time_s", "steps_per_s")} for m in run["history"]]
                 for run in first]
     assert timeless[0] == timeless[1]
