@@ -29,14 +29,14 @@ class HierarchicalDINOLoss(nn.Module):
         center_momentum: EMA momentum of the per-level centers.
         target: ``"centering"`` or ``"sinkhorn"``.
         sinkhorn_iters: Sinkhorn-Knopp iterations for ``target == "sinkhorn"``.
-        center_sync: maps this process's batch mean ``[1, K_l]`` to the mean over data-parallel ranks (DINO
-            all-reduces the center so every rank keeps the same one); ``None`` in one process. Sinkhorn targets
-            are balanced over this rank's batch only.
+        center_sync: maps this process's ``(sum of the batch's teacher logits [1, K_l], its row count)`` to the mean
+            over the data-parallel ranks' rows (DINO all-reduces the center so every rank keeps the same one);
+            ``None`` in one process. Sinkhorn targets are balanced over this rank's batch only.
     """
 
     def __init__(self, level_sizes: tuple[int, ...], student_temp: float = 0.1, teacher_temp: float = 0.04,
                  center_momentum: float = 0.9, target: str = "centering", sinkhorn_iters: int = 3,
-                 center_sync: Callable[[Tensor], Tensor] | None = None) -> None:
+                 center_sync: Callable[[Tensor, int], Tensor] | None = None) -> None:
         super().__init__()
         self.center_sync = center_sync
         self.level_sizes = tuple(level_sizes)
@@ -85,13 +85,15 @@ class HierarchicalDINOLoss(nn.Module):
 
     @torch.no_grad()
     def update_center(self, teacher_logits: list[Tensor]) -> None:
-        """EMA of the batch mean teacher logits (DINO eq. 4); with ``center_sync``, of the mean over ranks of
-        their batch means (= the global batch mean when the shards are equally large)."""
+        """EMA of the batch mean teacher logits (DINO eq. 4); with ``center_sync``, of the global batch's mean (the
+        ranks' sums over their total row count)."""
         for lvl, logits in enumerate(teacher_logits):
             c = self.center(lvl)
-            batch_mean = logits.float().mean(0, keepdim=True)
-            if self.center_sync is not None:
-                batch_mean = self.center_sync(batch_mean)
+            logits = logits.float()
+            if self.center_sync is None:
+                batch_mean = logits.mean(0, keepdim=True)
+            else:
+                batch_mean = self.center_sync(logits.sum(0, keepdim=True), len(logits))
             c.mul_(self.center_momentum).add_(batch_mean, alpha=1 - self.center_momentum)
 
 

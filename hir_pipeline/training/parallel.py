@@ -138,6 +138,18 @@ class Ranks:
         return (out / self.world_size).to(values.device)
 
     @torch.no_grad()
+    def global_mean(self, row_sum: Tensor, rows: int) -> Tensor:
+        """Mean over every rank's rows, from this rank's sum over its ``rows`` rows (shards may differ in size).
+
+        Args:
+            row_sum: ``[1, K]`` float sum of this rank's rows.
+            rows: how many rows ``row_sum`` sums.
+        """
+        flat = torch.cat([row_sum.detach().float().reshape(-1), row_sum.new_tensor([rows], dtype=torch.float32)])
+        total = self.sum(flat.to(self.device))
+        return (total[:-1] / total[-1]).reshape(row_sum.shape).to(row_sum.device)
+
+    @torch.no_grad()
     def sum(self, values: Tensor) -> Tensor:
         """Sum over ranks of ``values`` (a new tensor)."""
         out = values.detach().clone().to(self.device)

@@ -19,14 +19,15 @@ Data parallel (``TrainConfig.processes > 1``, inside a ``torch.distributed`` gro
 ``hir_pipeline.training.parallel``): every rank draws the same global batch of ``batch_size`` anchors and
 ``engagement_batch_size`` pairs from the shared ``(seed, epoch)`` generator and trains on its disjoint shard; the
 gradients are averaged over ranks before clipping and the optimizer step, so all ranks keep identical students and,
-by the same EMA update, identical teachers; the DINO centers follow the mean over ranks of the per-rank batch means,
+by the same EMA update, identical teachers; the DINO centers follow the global batch's mean teacher logits (the
+ranks' sums all-reduced), the DINO and cross-entity losses are means over the global batch however its shards split,
 and the cross-entity bank receives every rank's teacher targets. In-batch negatives: each rank embeds its shard
 of the pairs, the pair embeddings are all-gathered (differentiably, as CLIP does), and every rank scores the
 engagement InfoNCE over the *global* batch, so each pair's negatives are the other ``engagement_batch_size - 1``
 pairs of all ranks, as in one process. Per rank, not global: the student-view augmentation and dropout (generators
-seeded by ``(seed, epoch, rank)``), the multi-crop share (of the rank's anchors) and, when a batch does not split
-evenly, the DINO mean (a mean of per-rank means); so the loss curve follows the one-process curve closely, and
-exactly up to float rounding without augmentation, dropout and multi-crop on evenly split batches. Only rank 0 writes
+seeded by ``(seed, epoch, rank)``), the multi-crop share (of the rank's anchors) and two top-ups (a last anchor
+batch smaller than ``processes``, a pair batch to a multiple of it); so the loss curve follows the one-process
+curve closely, and exactly up to float rounding without augmentation, dropout and multi-crop. Only rank 0 writes
 checkpoints.
 """
 
@@ -147,7 +148,7 @@ class Trainer:
         self.loss_fn = HierarchicalDINOLoss(
             model_cfg.level_sizes, model_cfg.student_temp, model_cfg.teacher_temp, model_cfg.center_momentum,
             model_cfg.teacher_target, model_cfg.sinkhorn_iters,
-            center_sync=None if self.ranks is None else self.ranks.mean,
+            center_sync=None if self.ranks is None else self.ranks.global_mean,
         ).to(self.device)
         self.engagement_temp = EngagementTemperature(
             model_cfg.engagement_temp, model_cfg.engagement_temp_mode == "learned", model_cfg.engagement_temp_min,
@@ -344,6 +345,9 @@ class Trainer:
             s_out = self.student(s_batch, self.features)
         s_logits = [lg[:n_distill] for lg in s_out.logits]
         dino, per_level = self.loss_fn(s_logits, t_out.logits, teacher_index)
+        if self.ranks is not None:  # a mean over the global batch's student rows when the shards differ in size
+            share = n_distill * self.ranks.world_size / float(self.ranks.sum(torch.tensor([n_distill])).item())
+            dino, per_level = dino * share, [x * share for x in per_level]
         with torch.no_grad():
             t_probs = self.loss_fn.teacher_probs(t_out.logits)
         cross = self._cross_entity_loss(anchors, [lg[:n_anchor] for lg in s_logits])
