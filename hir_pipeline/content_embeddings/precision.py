@@ -22,11 +22,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from hir_pipeline.content_embeddings.config import EmbeddingConfig
 from hir_pipeline.content_embeddings.model_fingerprint import models_identifier
+
+if TYPE_CHECKING:  # torch is imported on use: the code location imports this module and must load without it
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,8 @@ def autocast(device: str, precision: str) -> torch.autocast:
         precision: ``"float32"`` or ``"bfloat16"`` (matrix products and convolutions in bfloat16, normalisations
             and pooling kept in float32 by autocast).
     """
+    import torch
+
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bfloat16")
 
 
@@ -78,6 +82,8 @@ def bfloat16_native(device: str) -> bool:
     Args:
         device: torch device string.
     """
+    import torch
+
     if device.startswith("cuda"):
         return torch.cuda.is_bf16_supported()
     # torch.cpu exposes these checks only as private helpers; absent means "not known to be native".
@@ -108,6 +114,8 @@ def calibration_key(config: EmbeddingConfig, device: str) -> str:
         config: the embedding config (its models and their input settings).
         device: torch device string the models run on.
     """
+    import torch
+
     return f"host={platform.node()}|device={device}|torch={torch.__version__}|{models_identifier(config)}"
 
 
