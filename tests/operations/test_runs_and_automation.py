@@ -151,7 +151,8 @@ def test_failed_run_leaves_earlier_outputs_intact(nightly: Nightly, tmp_path):
     before = _delta_state(nightly.lake)
 
     config = {"ops": {"content_embeddings": {"config": {
-        **nightly.run_config["ops"]["content_embeddings"]["config"], "text_model": str(broken)}}}}
+        **nightly.run_config["ops"]["content_embeddings"]["config"], "text_model": str(broken),
+        "precision": "float32"}}}}  # no calibration: it would load the broken model on the driver, before Spark
     result = _run(nightly.defs, nightly.instance, {dg.AssetKey("content_embeddings")}, config)
 
     assert not result.success
