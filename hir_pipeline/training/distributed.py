@@ -19,7 +19,6 @@ import hashlib
 import json
 import logging
 import os
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -28,38 +27,11 @@ import torch.distributed as dist
 
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.training.fit import prepare_checkpoint_dir, resolve_model_config, run_fingerprint
-from hir_pipeline.training.inputs import ModelInputs
+from hir_pipeline.training.inputs import load_inputs
+from hir_pipeline.training.inputs import save_inputs as save_inputs  # re-exported: the hand-off file
 from hir_pipeline.training.trainer import EpochCallback, Trainer, latest_checkpoint
 
 log = logging.getLogger(__name__)
-
-
-def save_inputs(inputs: ModelInputs, path: str | os.PathLike) -> Path:
-    """Pickle ``inputs`` for :func:`train_rank` (written to a temp file, then renamed).
-
-    Args:
-        inputs: the training inputs.
-        path: destination file.
-    """
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("wb") as f:
-        pickle.dump(inputs, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(tmp, path)
-    return path
-
-
-def load_inputs(path: str | os.PathLike) -> ModelInputs:
-    """The :class:`ModelInputs` written by :func:`save_inputs` (a trusted file of this pipeline).
-
-    Args:
-        path: the pickle file.
-    """
-    with Path(path).open("rb") as f:
-        inputs = pickle.load(f)  # noqa: S301 - our own hand-off file, never user input
-    if not isinstance(inputs, ModelInputs):
-        raise TypeError(f"{path} holds a {type(inputs).__name__}, not ModelInputs")
-    return inputs
 
 
 def parameter_digest(*modules: torch.nn.Module) -> str:

@@ -12,8 +12,11 @@ buffers (see :func:`views_from_flat`), so a view costs its bytes plus one small 
 from __future__ import annotations
 
 import hashlib
+import os
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -239,3 +242,31 @@ def engagement_arrays(users: Sequence[int], items: Sequence[int], weights: Seque
     w = np.asarray(weights, dtype=np.float32)
     order = np.lexsort((i, u))
     return u[order], i[order], w[order]
+
+
+def save_inputs(inputs: ModelInputs, path: str | os.PathLike) -> Path:
+    """Pickle ``inputs`` for :func:`train_rank` (written to a temp file, then renamed).
+
+    Args:
+        inputs: the training inputs.
+        path: destination file.
+    """
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("wb") as f:
+        pickle.dump(inputs, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)
+    return path
+
+
+def load_inputs(path: str | os.PathLike) -> ModelInputs:
+    """The :class:`ModelInputs` written by :func:`save_inputs` (a trusted file of this pipeline).
+
+    Args:
+        path: the pickle file.
+    """
+    with Path(path).open("rb") as f:
+        inputs = pickle.load(f)  # noqa: S301 - our own hand-off file, never user input
+    if not isinstance(inputs, ModelInputs):
+        raise TypeError(f"{path} holds a {type(inputs).__name__}, not ModelInputs")
+    return inputs
