@@ -11,6 +11,12 @@ they were trained on (:func:`run_fingerprint`). A later call on the same folder 
 fingerprint matches; otherwise the stale checkpoints are deleted and training starts over, so a re-run with
 other data or other hyper-parameters never silently continues someone else's model.
 
+Data parallel (``TrainConfig.processes > 1``) outside a ``torch.distributed`` process group: ``launch`` (for the
+pipeline, Spark's ``TorchDistributor``: :func:`spark_jobs.model.distributor.torch_distributor_launch`) runs
+:func:`hir_pipeline.training.distributed.train_rank` on ``processes`` ranks over the inputs saved to
+``<checkpoint_dir>/inputs.pkl``; then this process loads rank 0's final checkpoint and embeds every node exactly
+as after one-process training. ``checkpoint_dir`` must therefore be a folder the ranks and this process share.
+
 Device: ``TrainConfig.device`` (``auto`` = CUDA when present, else CPU), bf16 autocast on CUDA devices that
 support it. On CPU a fixed seed gives bit-identical results, also across a crash and resume, for a given
 intra-op thread count (``torch.set_num_threads``: float reductions are split by thread).
@@ -23,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,12 +40,16 @@ from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.model.hir_model import HIRModel
 from hir_pipeline.timing import Stages
 from hir_pipeline.training.inference import InferenceResult
-from hir_pipeline.training.inputs import ModelInputs
+from hir_pipeline.training.inputs import ModelInputs, save_inputs
 from hir_pipeline.training.trainer import EpochCallback, Trainer, latest_checkpoint
 
 log = logging.getLogger(__name__)
 
 FINGERPRINT_FILE = "fingerprint.json"
+#: ``launch(inputs_path, model_cfg, train_cfg, checkpoint_dir)`` runs ``train_rank`` on ``train_cfg.processes`` ranks
+#: and returns rank 0's summary (see :func:`hir_pipeline.training.distributed.train_rank`).
+RankLauncher = Callable[[str, ModelConfig, TrainConfig, str], dict[str, Any]]
+INPUTS_FILE = "inputs.pkl"
 #: TrainConfig fields that do not change what is computed (where and how verbosely it runs).
 _OPERATIONAL_FIELDS = frozenset({"device", "checkpoint_dir", "resume", "keep_checkpoints", "log_every",
                                  "infer_batch_size"})
@@ -158,6 +169,7 @@ def fit_and_embed(
     checkpoint_dir: str | os.PathLike,
     on_epoch_end: EpochCallback | None = None,
     fingerprint: str | None = None,
+    launch: RankLauncher | None = None,
 ) -> FitResult:
     """Train (resuming from ``checkpoint_dir`` when it holds checkpoints of this run) and embed every node.
 
@@ -170,6 +182,9 @@ def fit_and_embed(
         on_epoch_end: ``callback(epoch, metrics)`` after each trained epoch, after its checkpoint is written; an
             exception raised there stops training, and the next call resumes after that epoch.
         fingerprint: precomputed :func:`run_fingerprint` (computed here when ``None``).
+        launch: with ``train_cfg.processes > 1`` and no ``torch.distributed`` process group in this process, trains
+            the ranks (see the module notes); ``on_epoch_end`` is then called here for each epoch the ranks trained,
+            in order, once they have all finished. Unused with ``processes`` 1.
     """
     model_cfg = resolve_model_config(model_cfg, inputs)
     train_cfg = dataclasses.replace(train_cfg, checkpoint_dir=str(checkpoint_dir), resume=True)
@@ -177,12 +192,21 @@ def fit_and_embed(
     done = prepare_checkpoint_dir(checkpoint_dir, fingerprint)
     features = inputs.features(model_cfg)
     narrow = inputs.narrow_views or None
-    trainer = Trainer(model_cfg, train_cfg, features, inputs.broad_views, narrow, inputs.engagement,
-                      on_epoch_end=on_epoch_end, seen=inputs.seen_pairs)
+    launched = launch is not None and train_cfg.processes > 1 and not _in_process_group()
+    # launched: this process only embeds, with the ranks' final model (one process: no process group to join)
+    trainer = Trainer(model_cfg, dataclasses.replace(train_cfg, processes=1) if launched else train_cfg, features,
+                      inputs.broad_views, narrow, inputs.engagement, on_epoch_end=on_epoch_end,
+                      seen=inputs.seen_pairs)
     log.info("fit %s: %s, %d epoch(s) already in %s", fingerprint[:12], inputs.summary(), done, checkpoint_dir)
     stages = Stages()
     with stages("train"):
-        history = trainer.fit()
+        if launched:
+            history = _train_launched(launch, inputs, model_cfg, train_cfg, Path(checkpoint_dir), fingerprint, trainer)
+            for metrics in history[done:]:
+                if on_epoch_end is not None:
+                    on_epoch_end(int(metrics["epoch"]), metrics)
+        else:
+            history = trainer.fit()
     with stages("infer"):
         inference = trainer.infer()  # the published network on the views it was trained on
     model = trainer.encoder()
@@ -198,3 +222,25 @@ def fit_and_embed(
         device=str(trainer.device), bf16=trainer.use_bf16, resumed_epochs=done, fingerprint=fingerprint,
         train_time_s=stages.seconds["train"], infer_time_s=stages.seconds["infer"],
     )
+
+
+def _in_process_group() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def _train_launched(launch: RankLauncher, inputs: ModelInputs, model_cfg: ModelConfig, train_cfg: TrainConfig,
+                    checkpoint_dir: Path, fingerprint: str, trainer: Trainer) -> list[dict[str, Any]]:
+    """Train the ranks through ``launch`` and load rank 0's final checkpoint into ``trainer``; its history."""
+    inputs_path = save_inputs(inputs, checkpoint_dir / INPUTS_FILE)
+    try:
+        summary = launch(str(inputs_path), model_cfg, train_cfg, str(checkpoint_dir))
+    finally:
+        inputs_path.unlink(missing_ok=True)
+    trained = None if summary is None else summary.get("fingerprint")
+    if trained != fingerprint:
+        raise RuntimeError(f"the ranks trained another run (fingerprint {trained}, expected {fingerprint})")
+    if not trainer.maybe_resume():
+        raise RuntimeError(f"the ranks left no checkpoint in {checkpoint_dir}")
+    return trainer.history
