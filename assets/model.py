@@ -22,11 +22,17 @@ the date again resumes from it (same fingerprint of inputs and settings only) an
 ``time_budget_s`` uses the same path on purpose: a run that must give its machine back stops after an epoch
 and the next materialization finishes the training. The checkpoints are deleted once the model is registered
 and the tables are written (unless ``keep_checkpoints``).
+
+Data parallel: with ``processes > 1`` in the training settings the ranks train through Spark's ``TorchDistributor``
+(:mod:`spark_jobs.model.distributor`; where they run: ``distributor_mode``), then the asset embeds with rank 0's
+final checkpoint as above. Their epochs reach MLflow once all ranks have finished, and ``time_budget_s`` is not
+checked (the ranks train to the end).
 """
 
 import datetime as dt
 import shutil
 from pathlib import Path
+from typing import Literal
 
 import dagster as dg
 from pydantic import Field
@@ -52,6 +58,7 @@ from resources.config_schema import config_class, section
 from resources.model_settings import TrainSection
 from spark_jobs.delta_io import MissingInput
 from spark_jobs.graph import GraphSnapshot
+from spark_jobs.model.distributor import torch_distributor_launch
 from spark_jobs.model.inputs import CONTENT_TABLE, GRAPH_TABLES, load_model_inputs, read_model_tables
 from spark_jobs.model.outputs import (
     model_hierarchy_frame,
@@ -77,7 +84,13 @@ class TrainingConfig(dg.Config):
                                   "structure alone.")
     torch_threads: int = Field(0, description="torch intra-op threads (0: torch's default).")
     time_budget_s: float | None = Field(None, description="Stop after the epoch during which this many seconds "
-                                        "of training have passed; the asset fails and the next run resumes.")
+                                        "of training have passed; the asset fails and the next run resumes. "
+                                        "Not checked with processes > 1.")
+    distributor_mode: Literal["auto", "local", "cluster"] = Field(
+        "auto", description="With processes > 1: where TorchDistributor runs the ranks. auto: torchrun processes on "
+        "the driver machine under a local Spark master (local, local[N]), one barrier task per rank on the "
+        "executors under any other master; local / cluster force one. On a cluster the checkpoint folder (HIR "
+        "state dir) must be storage the driver and the executors share.")
     keep_checkpoints: bool = Field(False, description="Keep the epoch checkpoints after a successful run.")
     progress_every_s: float = Field(10.0, description="Interval of the Spark progress lines in the run log while "
                                     "the graph is collected to the driver.")
@@ -187,6 +200,8 @@ def interest_model(
                 CONTENT_TABLE: summary["nodes_with_content"]})
 
         trained = []  # epochs trained by this materialization (the others came from a checkpoint)
+        # ranks (processes > 1) report their epochs only once all have finished: no budget to enforce then
+        budget_s = config.time_budget_s if train_cfg.processes == 1 else None
 
         def on_epoch_end(epoch: int, metrics: dict) -> None:
             mlf.log_metrics(epoch_metrics(metrics), step=epoch)
@@ -196,7 +211,7 @@ def interest_model(
             left = planned - epoch - 1
             context.log.info(f"epoch {epoch + 1}/{planned} done: loss {metrics['loss']:.4f}"
                              + (f", ~{elapsed / len(trained) * left:.0f}s to go" if left else ""))
-            if left and config.time_budget_s is not None and elapsed >= config.time_budget_s:
+            if left and budget_s is not None and elapsed >= budget_s:
                 raise dg.Failure(
                     f"time budget of {config.time_budget_s}s spent after epoch {epoch + 1}/{train_cfg.epochs}; "
                     f"checkpoint kept in {ckpt}: materialize {day} again to resume",
@@ -205,7 +220,8 @@ def interest_model(
 
         with stages("train"):
             result = fit_and_embed(inputs, model_cfg, train_cfg, ckpt, on_epoch_end=on_epoch_end,
-                                   fingerprint=fingerprint)
+                                   fingerprint=fingerprint,
+                                   launch=torch_distributor_launch(session, config.distributor_mode))
         mlf.set_tags({"hir.device": result.device, "hir.bf16": str(result.bf16)})
         if resume_id is None and result.resumed_epochs:  # checkpoints of a run this store does not know
             for metrics in result.history[:result.resumed_epochs]:

@@ -247,6 +247,32 @@ def test_a_model_failing_its_output_checks_is_neither_written_nor_registered(spa
     assert "check.embedding_space_not_collapsed.mean_pairwise_cosine" in run.data.metrics
 
 
+@pytest.mark.slow
+def test_two_processes_train_through_torch_distributor_and_publish_like_one(spark, model_lake, first_run):
+    two = ModelSettingsResource(model=MODEL, train={**TRAIN, "processes": 2})
+    result = _materialize(model_lake | {"model_settings": two})
+    assert result.success
+    meta = {k: v.value for k, v in result.asset_materializations_for_node("interest_model")[0].metadata.items()}
+    assert meta["fingerprint"] != first_run["meta"]["fingerprint"]  # 2 ranks train another model: a run of its own
+    client = _client(model_lake)
+    run = client.get_run(meta["mlflow_run_id"])
+    assert run.data.params["train.processes"] == "2" and run.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [0, 1]  # the ranks' epochs
+    rows = _outputs(spark, model_lake).collect()
+    assert len(rows) == model_lake["n_nodes"] and {r.model_version for r in rows} == {meta["model_version"]}
+    assert all(abs(np.linalg.norm(r.embedding) - 1) < 1e-5 and len(r.cluster_ids) == len(LEVELS) for r in rows)
+    assert meta["epochs"] == 2 and meta["resumed_epochs"] == 0 and not checkpoint_dir(DAY).exists()
+
+
+def test_distributor_mode_is_validated_config():
+    from assets.model import TrainingConfig
+
+    assert TrainingConfig().distributor_mode == "auto"
+    assert TrainingConfig(distributor_mode="cluster").distributor_mode == "cluster"
+    with pytest.raises(pydantic.ValidationError, match="distributor_mode"):
+        TrainingConfig(distributor_mode="driver")
+
+
 def test_output_cluster_stats_report_sharpness_and_the_published_tree():
     from types import SimpleNamespace
 
