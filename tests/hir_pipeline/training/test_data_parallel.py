@@ -18,14 +18,14 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from hir_pipeline.contracts import ENTITY_TYPES
 from hir_pipeline.model import ModelConfig, TrainConfig
 from hir_pipeline.training import Trainer, latest_checkpoint
 from hir_pipeline.training.distributed import save_inputs, train_rank
 from hir_pipeline.training.fit import resolve_model_config
 from hir_pipeline.training.inputs import ModelInputs
 from hir_pipeline.training.parallel import pad_cyclic, shard_rows
-from hir_pipeline.training.toy import ToyGraphSettings, make_toy_graph
+from hir_pipeline.training.toy import ToyGraphSettings
+from tests.toy_inputs import toy_model_inputs
 
 MODEL = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, out_dim=8, content_dim=8, id_buckets=64,
                     level_sizes=(2, 4), max_dist=3, attn_block_size=16, teacher_temp=0.07)
@@ -46,16 +46,8 @@ LOSS_RTOL = 0.25
 
 def toy_inputs() -> ModelInputs:
     """The training inputs of a small planted toy graph (3 communities, 54 nodes: batches of 16 split evenly)."""
-    toy = make_toy_graph(ToyGraphSettings(num_communities=3, users_per=9, items_per=8, content_dim=8, broad_cap=12,
-                                          narrow_cap=6, id_buckets=64, seed=0))
-    f = toy.features
-    return ModelInputs(
-        entity_ids=np.asarray(toy.entity_ids, dtype=object),
-        entity_types=np.asarray([ENTITY_TYPES[t] for t in f.node_type.tolist()], dtype=object),
-        node_type=f.node_type.numpy(), degree_bucket=f.degree_bucket.numpy(), has_history=f.has_history.numpy(),
-        content=f.content.numpy(), has_content=f.has_content.numpy(), broad_views=toy.broad_views,
-        narrow_views=toy.narrow_views, engagement=toy.engagement, max_edge_type=10,
-    )
+    return toy_model_inputs(ToyGraphSettings(num_communities=3, users_per=9, items_per=8, content_dim=8,
+                                             broad_cap=12, narrow_cap=6, id_buckets=64, seed=0))
 
 
 def test_shards_are_disjoint_balanced_and_cover_the_batch():

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from hir_pipeline.contracts import ENTITY_TYPES
 from hir_pipeline.model import ModelConfig, TrainConfig
 from hir_pipeline.model.features import hash_id_buckets
 from hir_pipeline.training.fit import FINGERPRINT_FILE, fit_and_embed, resolve_model_config, run_fingerprint
 from hir_pipeline.training.inference import infer
 from hir_pipeline.training.inputs import ModelInputs
-from hir_pipeline.training.toy import ToyGraphSettings, make_toy_graph
+from hir_pipeline.training.toy import ToyGraphSettings
+from tests.toy_inputs import toy_model_inputs
 
 MODEL = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, out_dim=8, content_dim=999, id_buckets=64,
                     level_sizes=(2, 4), max_dist=3, num_edge_types=4, attn_block_size=16, teacher_temp=0.07)
@@ -27,17 +27,8 @@ NO_VIEW = 3  # the last nodes get no view: embedded from their own features
 
 @pytest.fixture(scope="module")
 def inputs() -> ModelInputs:
-    toy = make_toy_graph(ToyGraphSettings(num_communities=2, users_per=6, items_per=4, content_dim=8, broad_cap=12,
-                                          narrow_cap=6, id_buckets=64, seed=0))
-    f = toy.features
-    return ModelInputs(
-        entity_ids=np.asarray(toy.entity_ids, dtype=object),
-        entity_types=np.asarray([ENTITY_TYPES[t] for t in f.node_type.tolist()], dtype=object),
-        node_type=f.node_type.numpy(), degree_bucket=f.degree_bucket.numpy(), has_history=f.has_history.numpy(),
-        content=f.content.numpy(), has_content=f.has_content.numpy(),
-        broad_views=toy.broad_views[:-NO_VIEW], narrow_views=toy.narrow_views[:-NO_VIEW],
-        engagement=toy.engagement, max_edge_type=10,
-    )
+    return toy_model_inputs(ToyGraphSettings(num_communities=2, users_per=6, items_per=4, content_dim=8,
+                                             broad_cap=12, narrow_cap=6, id_buckets=64, seed=0), without_view=NO_VIEW)
 
 
 @pytest.fixture(scope="module")
