@@ -59,7 +59,7 @@ def product_rows(n: int, seed: int = 0) -> list[tuple]:
     for i in range(n):
         title = f"{rng.choice(ADJ).title()} {rng.choice(NOUNS)} {rng.randint(1, 999)}"
         description = ". ".join(rng.choice(PHRASES).capitalize() for _ in range(rng.randint(1, 6))) + "."
-        rows.append((f"p{i}", "product", title, description, None, None, ts))
+        rows.append((f"p{i}", "product", title, description, None, None, None, ts))
     return rows
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ENTITY_TYPES: tuple[str, ...] = ("user", "ad", "campaign", "advertiser", "product", "category")
-#: Entity types that carry content (text / image / attributes) and get world-knowledge embeddings.
+#: Entity types that carry content (text / image / video / attributes) and get world-knowledge embeddings.
 CONTENT_ENTITY_TYPES: tuple[str, ...] = ("ad", "campaign", "advertiser", "product", "category")
 #: Default funnel, shallow to deep. Configurable through ``GraphConfig.funnel`` (the ``graph_settings`` resource).
 DEFAULT_FUNNEL: tuple[str, ...] = ("impression", "click", "add_to_cart", "conversion")
@@ -50,6 +50,7 @@ SOURCE_TABLES: dict[str, tuple[Column, ...]] = {
         Column("title", "string", False, _STR),
         Column("description", "string", False, _STR),
         Column("image_uri", "string", False, _STR),
+        Column("video_uri", "string", False, _STR),
         Column("attributes", "string", False, _STR),
         Column("created_at", "timestamp", False, _TS),
     ),

@@ -188,7 +188,7 @@ def label_entities(raw: DataFrame, entity_types: tuple[str, ...] = ENTITY_TYPES)
         (F.col("attributes").isNotNull() & (~attrs.startswith("{") | F.get_json_object(attrs, "$").isNull()),
          R.INVALID_VALUE, F.lit("attributes is not a JSON object")),
     ])
-    df = df.withColumn("_hash", row_hash("entity_type", "title", "description", "image_uri", "attributes"))
+    df = df.withColumn("_hash", row_hash("entity_type", "title", "description", "image_uri", "video_uri", "attributes"))
     valid = F.col(REASON).isNull()
     by_id = Window.partitionBy("entity_id", valid)
     rank = F.row_number().over(by_id.orderBy(F.col("_created").desc_nulls_last(), F.col("_hash").desc()))

@@ -39,14 +39,15 @@ def rows(tmp_path_factory):
     img, missing = str(root / "p1.png"), str(root / "missing.png")
     ts = dt.datetime(2024, 1, 1)
     return [
-        ("p1", "product", "Red running shoes", "Fast shoes for men", img, '{"brand": "acme", "price": 59.0}', ts),
-        ("p2", "product", "Blue cotton shirt", None, missing, None, ts),  # broken image, keeps text
-        ("p3", "product", None, None, None, '{"color": "green"}', ts),  # attributes only
-        ("a1", "ad", "Summer sale", "new premium brand", None, None, ts),
-        ("c1", "category", "shoes", None, None, "{}", ts),
-        ("e1", "advertiser", None, "  ", None, "{}", ts),  # content type without content: no row
-        ("x1", "product", None, None, missing, None, ts),  # only a broken image: no row, counted
-        ("u1", "user", "a user title is not content", None, None, None, ts),  # not a content type
+        ("p1", "product", "Red running shoes", "Fast shoes for men", img, None, '{"brand": "acme", "price": 59.0}',
+         ts),
+        ("p2", "product", "Blue cotton shirt", None, missing, None, None, ts),  # broken image, keeps text
+        ("p3", "product", None, None, None, None, '{"color": "green"}', ts),  # attributes only
+        ("a1", "ad", "Summer sale", "new premium brand", None, None, None, ts),
+        ("c1", "category", "shoes", None, None, None, "{}", ts),
+        ("e1", "advertiser", None, "  ", None, None, "{}", ts),  # content type without content: no row
+        ("x1", "product", None, None, missing, None, None, ts),  # only a broken image: no row, counted
+        ("u1", "user", "a user title is not content", None, None, None, None, ts),  # not a content type
     ]
 
 
@@ -88,11 +89,12 @@ def test_incremental_runs_and_model_change(spark, models, rows):
     assert len(widths) == 1
     for r in out.values():
         assert abs(np.linalg.norm(r["embedding"]) - 1) < 1e-5
-        assert r["content_hash"] == content_hash(*(next(x for x in rows if x[0] == r["entity_id"])[2:6]))
+        x = next(x for x in rows if x[0] == r["entity_id"])
+        assert r["content_hash"] == content_hash(x[2], x[3], x[4], x[6])  # title, description, image, attributes
 
     # The Spark path equals the core embedder run directly.
     direct = ContentEmbedder(cfg_a).embed(["Red running shoes"], ["Fast shoes for men"], [rows[0][4]],
-                                          [rows[0][5]])
+                                          [rows[0][6]])
     np.testing.assert_allclose(out["p1"]["embedding"], direct.fused[0], atol=1e-5)
 
     # Second nightly run over unchanged content: nothing re-embedded, vectors identical. Only x1 (whose sole
@@ -109,7 +111,7 @@ def test_incremental_runs_and_model_change(spark, models, rows):
     # One title edited, one entity added, one deleted: only those embedded (plus the retried x1).
     edited = [r for r in rows if r[0] != "c1"]
     edited[0] = ("p1", "product", "Red leather shoes", *edited[0][3:])
-    edited.append(("p9", "product", "Wireless camera", None, None, None, dt.datetime(2024, 1, 2)))
+    edited.append(("p9", "product", "Wireless camera", None, None, None, None, dt.datetime(2024, 1, 2)))
     third, counts = embed_content(_frame(spark, edited), second, cfg_a, D3)
     assert (counts["new"], counts["changed"], counts["reused"]) == (2, 1, 3)  # p9 and the retried x1
     now = _by_id(third)

@@ -57,7 +57,7 @@ def source(spark):
     rng = np.random.default_rng(0)
     ents = [(f"u{i:02d}", "user") for i in range(30)] + [(f"p{i:02d}", "product") for i in range(40)]
     ents += [("cat0", "category"), ("cat1", "category")]
-    entities = spark.createDataFrame([(i, t, None, None, None, None, None) for i, t in ents], source_ddl("entities"))
+    entities = spark.createDataFrame([(i, t, *[None] * 6) for i, t in ents], source_ddl("entities"))
     relations = spark.createDataFrame([(f"p{i:02d}", f"cat{i % 2}", "product_in_category", None)
                                        for i in range(40)], source_ddl("relations"))
     rows = []

@@ -52,7 +52,7 @@ def test_the_evaluation_graph_settings_must_be_the_models_and_the_splits():
 def source(spark):
     ents = [(f"u{u}", "user") for u in range(USERS)] + [(f"i{i}", "ad") for i in range(ITEMS)]
     ents += [("c0", "campaign"), ("c1", "campaign")]
-    entities = spark.createDataFrame([(e, t, None, None, None, None, None) for e, t in ents], source_ddl("entities"))
+    entities = spark.createDataFrame([(e, t, *[None] * 6) for e, t in ents], source_ddl("entities"))
     relations = spark.createDataFrame([(f"i{i}", f"c{i % 2}", "ad_of_campaign", None) for i in range(ITEMS)],
                                       source_ddl("relations"))
     base = _events(spark, "")

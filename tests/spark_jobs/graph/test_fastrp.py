@@ -81,7 +81,7 @@ def fastrp_reference(n: int, src: np.ndarray, dst: np.ndarray, weight: np.ndarra
 def _source(spark):
     ents = [(f"u{i}", "user") for i in range(5)] + [(f"a{i}", "ad") for i in range(6)]
     ents += [("c0", "campaign"), ("c1", "campaign"), ("cold_ad", "ad"), ("p_iso", "product"), ("pr0", "product")]
-    entities = spark.createDataFrame([(i, t, None, None, None, None, None) for i, t in ents], source_ddl("entities"))
+    entities = spark.createDataFrame([(i, t, *[None] * 6) for i, t in ents], source_ddl("entities"))
     rels = [("a0", "c0", "ad_of_campaign", None), ("a1", "c0", "ad_of_campaign", 2.0),
             ("a2", "c1", "ad_of_campaign", 1.0), ("cold_ad", "c1", "ad_of_campaign", 1.0),  # catalogue only
             ("a1", "c0", "ad_alt", 0.5),  # a second edge on one pair: weights add up
@@ -142,7 +142,7 @@ def test_projection_rows_equal_reference_and_are_very_sparse(spark):
 @pytest.mark.slow
 def test_projection_row_depends_on_entity_not_node_index(spark, graph):
     entities, edges = graph
-    more = entities.unionByName(spark.createDataFrame([("a00_new", "ad", None, None, None, None, None)],
+    more = entities.unionByName(spark.createDataFrame([("a00_new", "ad", *[None] * 6)],
                                                       source_ddl("entities")))
     from spark_jobs.graph.fastrp import adjacency
 

@@ -20,7 +20,7 @@ CFG = GraphConfig(broad_fanout=(4, 2), narrow_fanout=(3,), hub_cap=8, max_view_n
 def _entities(spark, extra=()):
     rows = [(f"u{i}", "user") for i in range(6)] + [(f"a{i:03d}", "ad") for i in range(40)]
     rows += [("c0", "campaign"), ("c1", "campaign"), ("p_iso", "product"), ("hub", "user"), *extra]
-    return spark.createDataFrame([(i, t, None, None, None, None, None) for i, t in rows], source_ddl("entities"))
+    return spark.createDataFrame([(i, t, *[None] * 6) for i, t in rows], source_ddl("entities"))
 
 
 def _relations(spark):

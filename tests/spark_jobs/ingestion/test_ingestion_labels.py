@@ -67,6 +67,20 @@ def test_entity_reasons_and_kept_rows(spark):
     assert '"entity_type":"planet"' in raw_json, "the raw row is kept verbatim"
 
 
+def test_bronze_entities_keep_the_video_uri_and_a_source_without_it_reads_null(spark):
+    cols = "entity_id string, entity_type string, title string, video_uri string"
+    rows = [("ad1", "ad", "Clip", "/clips/ad1.mp4"), ("ad2", "ad", "No clip", None),
+            ("ad3", "ad", "Clip", "/clips/a.mp4"), ("ad3", "ad", "Clip", "/clips/b.mp4")]  # differ by clip only
+    labelled = label_entities(conform("entities", spark.createDataFrame(rows, cols)))
+    ok = accepted(labelled, "entities")
+    assert ok.columns[:6] == ["entity_id", "entity_type", "title", "description", "image_uri", "video_uri"]
+    kept = {r["entity_id"]: r["video_uri"] for r in ok.collect()}
+    assert kept["ad1"] == "/clips/ad1.mp4" and kept["ad2"] is None
+    assert _reasons(quarantined(labelled, "entities", RUN)) == [(R.DUPLICATE_ENTITY_ID_CONFLICT, 1)]
+    without = accepted(label_entities(_entities(spark)), "entities")  # a source with no video_uri column
+    assert without.where(F.col("video_uri").isNotNull()).count() == 0 and "video_uri" in without.columns
+
+
 @pytest.mark.slow
 def test_relation_reasons(spark):
     known = accepted(label_entities(_entities(spark)), "entities").select("entity_id")

@@ -30,7 +30,7 @@ def _ts(days_ago: int) -> dt.datetime:
 def graph(spark):
     ents = [(f"u{i}", "user") for i in range(4)] + [(f"p{i}", "product") for i in range(4)]
     ents += [("cat0", "category"), ("ad0", "ad"), ("u_cold", "user"), ("p_cold", "product")]
-    entities = spark.createDataFrame([(i, t, None, None, None, None, None) for i, t in ents], source_ddl("entities"))
+    entities = spark.createDataFrame([(i, t, *[None] * 6) for i, t in ents], source_ddl("entities"))
     relations = spark.createDataFrame(
         [(f"p{i}", "cat0", "product_in_category", None) for i in range(4)]
         + [("ad0", "p0", "ad_promotes_product", 1.0)],
