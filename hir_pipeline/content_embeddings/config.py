@@ -1,6 +1,6 @@
 """Configuration of the world-knowledge content embeddings (plain frozen dataclasses).
 
-Every knob of the text, image, structured-metadata and fusion encoders lives here with its documented
+Every knob of the text, image (and video), structured-metadata and fusion encoders lives here with its documented
 default (the ``Args:`` sections), so that the Dagster layer derives its run config from it and the Spark job
 can ship it to the workers (frozen, hashable: it doubles as the key of the per-process model cache).
 
@@ -83,6 +83,11 @@ class FusionConfig:
             orthonormal projection (Johnson-Lindenstrauss), so that a 1280-d CNN feature does not dominate the
             fused width; ``None`` keeps the native feature width. *(re-embeds)*
         seed: seed of that projection. *(re-embeds)*
+        video_share: an entity's video clip is embedded by the image model, so it shares the image slot: with a
+            clip and no image the slot holds the clip's vector; with both, the normalised mix
+            ``(1 - video_share) * image + video_share * clip`` (after the projection). Entities without a clip are
+            untouched, so the fused width and every vector without video stay what they were. *(re-embeds the
+            entities with a clip: it is part of their content hash, not of the model identifier)*
     """
 
     text_weight: float = 1.0
@@ -90,6 +95,11 @@ class FusionConfig:
     attributes_weight: float = 0.5
     image_dim: int | None = 256
     seed: int = 0
+    video_share: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.video_share <= 1.0:
+            raise ValueError(f"video_share must be in [0, 1], got {self.video_share}")
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,10 @@ class EmbeddingConfig:
             release, whose ImageNet preprocessing is ``(x - 127) / 128`` on [0, 255]; hence ~0.5 / ~0.5.
             *(re-embeds)*
         image_std: per-channel std on the [0, 1] scale (see ``image_mean``). *(re-embeds)*
+        video_frames: frames sampled evenly from an entity's video clip (``video_uri``; the middle frame of each of
+            this many equal stretches, every frame of a shorter clip); each is embedded by the image model and
+            their unit vectors are mean-pooled (then L2-normalised). *(re-embeds the entities with a clip: it is
+            part of their content hash, not of the model identifier)*
         attributes_dim: width of the hashed structured-metadata vector. *(re-embeds)*
         attributes_id_keys: regular expression (``re.search``) over each attribute key; a matching key names an
             identifier and is dropped with its value (default: ``id``, ``*_id``, ``*Id``, ``sku``, ``ean``, ``upc``,
@@ -154,6 +168,7 @@ class EmbeddingConfig:
     image_size: int = 224
     image_mean: tuple[float, float, float] = (127.0 / 255, 127.0 / 255, 127.0 / 255)
     image_std: tuple[float, float, float] = (128.0 / 255, 128.0 / 255, 128.0 / 255)
+    video_frames: int = 8
     attributes_dim: int = 64
     attributes_id_keys: str = DEFAULT_ID_KEYS
     attributes_number_digits: int = 3
@@ -168,6 +183,8 @@ class EmbeddingConfig:
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.image_batch_size < 1:
             raise ValueError("batch sizes must be >= 1")
+        if self.video_frames < 1:
+            raise ValueError("video_frames must be >= 1")
         if self.max_text_length < 2:
             raise ValueError("max_text_length must leave room for [CLS] and [SEP]")
         if self.attributes_dim < 1:

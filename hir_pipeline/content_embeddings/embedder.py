@@ -1,4 +1,4 @@
-"""All modalities of a batch of entities in one call: text, image, attributes, fused vector.
+"""All modalities of a batch of entities in one call: text, image, video, attributes, fused vector.
 
 This is the torch-only core the Spark job runs inside each Python worker (and that tests and notebooks can run
 directly). Which entities need embedding at all (content hash, model id) is decided by the caller.
@@ -19,6 +19,7 @@ from hir_pipeline.content_embeddings.fusion import Fusion
 from hir_pipeline.content_embeddings.image import EFFICIENTNET_LITE0_DIM, ImageEncoder
 from hir_pipeline.content_embeddings.precision import autocast, resolved_precision
 from hir_pipeline.content_embeddings.text import TextEncoder
+from hir_pipeline.content_embeddings.video import VideoEncoder
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ class EmbeddedBatch:
         attributes: unit hashed attribute vector or ``None``.
         fused: unit fused vector, or ``None`` when the entity had no usable modality.
         image_error: ``None`` or the :class:`~hir_pipeline.content_embeddings.image.ImageError` reason.
+        video: unit clip vector (mean of the sampled frames' image features) or ``None`` (no clip, or it failed).
+        video_error: ``None`` or the :class:`~hir_pipeline.content_embeddings.video.VideoError` reason.
     """
 
     text: list[np.ndarray | None]
@@ -57,10 +60,13 @@ class EmbeddedBatch:
     attributes: list[np.ndarray | None]
     fused: list[np.ndarray | None]
     image_error: list[str | None]
+    video: list[np.ndarray | None]
+    video_error: list[str | None]
 
 
 class ContentEmbedder:
-    """Text + image + attribute encoders and their fusion, loaded once (offline) from an :class:`EmbeddingConfig`.
+    """Text + image + attribute encoders and their fusion, loaded once (offline) from an :class:`EmbeddingConfig`;
+    video clips go through the image encoder (:class:`~hir_pipeline.content_embeddings.video.VideoEncoder`).
 
     Args:
         config: models and settings; the image model is loaded on first use (its width fixes the fused layout).
@@ -102,8 +108,13 @@ class ContentEmbedder:
         descriptions: Sequence[str | None],
         image_uris: Sequence[str | None],
         attributes: Sequence[str | None],
+        video_uris: Sequence[str | None] | None = None,
     ) -> EmbeddedBatch:
-        """Embed ``n`` entities given column-wise (all sequences of length ``n``; ``None`` = absent)."""
+        """Embed ``n`` entities given column-wise (all sequences of length ``n``; ``None`` = absent).
+
+        ``video_uris`` may be left out (no entity has a clip); entities without a clip get exactly the vectors
+        they got before clips were embedded.
+        """
         n = len(titles)
         texts = [entity_text(t, d) for t, d in zip(titles, descriptions, strict=True)]
         text_idx = [i for i, t in enumerate(texts) if t is not None]
@@ -134,13 +145,30 @@ class ContentEmbedder:
             if vec is not None:
                 attr_mat[i], attr_ok[i] = vec, True
 
-        fused, fused_ok = self.fusion(text_mat, text_ok, image_mat, image_ok, attr_mat, attr_ok)
+        clips = [None] * n if video_uris is None else [_clean(u) for u in video_uris]
+        video_idx = [i for i, u in enumerate(clips) if u is not None]
+        video_mat = video_ok = None
+        video_error: list[str | None] = [None] * n
+        if video_idx:
+            video_mat = np.zeros((n, self.image_dim), dtype=np.float32)
+            video_ok = np.zeros(n, dtype=bool)
+            with autocast(self.device, self.precision):
+                vectors, errors = VideoEncoder(self.image, self.config.video_frames).encode(
+                    [clips[i] for i in video_idx])
+            for row, i in enumerate(video_idx):
+                video_error[i] = errors[row]
+                video_ok[i] = errors[row] is None
+                video_mat[i] = vectors[row]
+
+        fused, fused_ok = self.fusion(text_mat, text_ok, image_mat, image_ok, attr_mat, attr_ok, video_mat, video_ok)
         return EmbeddedBatch(
             text=[text_mat[i] if text_ok[i] else None for i in range(n)],
             image=[image_mat[i] if image_ok[i] else None for i in range(n)],
             attributes=[attr_mat[i] if attr_ok[i] else None for i in range(n)],
             fused=[fused[i] if fused_ok[i] else None for i in range(n)],
             image_error=image_error,
+            video=[video_mat[i] if video_ok is not None and video_ok[i] else None for i in range(n)],
+            video_error=video_error,
         )
 
 

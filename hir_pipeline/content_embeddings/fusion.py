@@ -12,6 +12,11 @@ dominate the fused width; re-normalised after projecting). A missing modality le
 * for two entities with the same modalities, ``cos(fused) = sum_m w_m cos_m / sum_m w_m`` - a weighted average
   of per-modality cosines (the ``sqrt`` makes the weights act on squared norms);
 * an entity with no modality at all has no fused vector (``None``), never a zero vector.
+
+A video clip is embedded by the image model (mean of its sampled frames' features), so it is fused in the image
+slot rather than a slot of its own: ``P v`` alone when the entity has no image, the normalised mix
+``(1 - s) P i + s P v`` (``s = video_share``) when it has both. Entities without a clip take exactly the path they
+took before clips existed, so their fused vectors are bit for bit the same and the fused width does not change.
 """
 
 from __future__ import annotations
@@ -69,6 +74,8 @@ class Fusion:
         image_present: np.ndarray,
         attributes: np.ndarray,
         attributes_present: np.ndarray,
+        video: np.ndarray | None = None,
+        video_present: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Fuse ``n`` entities.
 
@@ -79,6 +86,8 @@ class Fusion:
             image_present: ``[n]`` bool, the entity has an image vector.
             attributes: ``[n, attributes_dim]`` unit rows.
             attributes_present: ``[n]`` bool, the entity has an attribute vector.
+            video: ``[n, image_dim]`` native clip features (pooled frames through the image model), or ``None``.
+            video_present: ``[n]`` bool, the entity has a clip vector (``None``: no entity has one).
 
         Returns:
             ``(fused, ok)``: ``[n, dim]`` float32 unit rows and ``[n]`` bool; ``ok`` is false (and the row zero)
@@ -87,6 +96,8 @@ class Fusion:
         if self.projection is not None:
             image = _normalise(image @ self.projection)
         c = self.config
+        if video is not None and video_present is not None and video_present.any():
+            image, image_present = self._with_video(image, image_present, video, video_present)
         parts = []
         for values, present, weight in (
             (text, text_present, c.text_weight),
@@ -97,3 +108,17 @@ class Fusion:
         fused = np.concatenate(parts, axis=1)
         ok = np.linalg.norm(fused, axis=1) > 0
         return _normalise(fused).astype(np.float32), ok
+
+    def _with_video(self, image: np.ndarray, image_present: np.ndarray, video: np.ndarray,
+                    video_present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The image slot's vectors and presence with the clips mixed in; rows without a clip are not touched."""
+        rows = np.flatnonzero(video_present)
+        clips = video[rows].astype(np.float32)
+        if self.projection is not None:
+            clips = _normalise(clips @ self.projection)
+        share = np.float32(self.config.video_share)
+        both = image_present[rows].astype(bool)[:, None]
+        mixed = np.where(both, (np.float32(1.0) - share) * image[rows] + share * clips, clips)
+        image = image.copy()
+        image[rows] = _normalise(mixed)
+        return image, image_present.astype(bool) | video_present.astype(bool)
