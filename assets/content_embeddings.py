@@ -87,7 +87,7 @@ def _model_name(configured: str | None, resolved: str) -> str:
         description="GX: entity_id unique, embedding not null, one fused width, unit norm, content types only, "
                     "every row under the current model.",
     )],
-    description="Text, image and structured-metadata embeddings of every content entity, fused into one unit "
+    description="Text, image, video and structured-metadata embeddings of every content entity, fused into one unit "
                 "vector, with model identifier and content hash (one current snapshot, replaced each run).",
 )
 def content_embeddings(
@@ -108,7 +108,7 @@ def content_embeddings(
     context.log.info(f"content_embeddings: {counts} in {embed_s:.1f}s; writing the snapshot")
     audit = WriteAudit.begin(session, lake, ["content_embeddings"])
     with stages("write"):  # reused rows are read from the table being replaced: safe, see replace_table
-        replace_table(snapshot, path)
+        replace_table(snapshot, path, add_columns=True)  # a snapshot from before video_* columns gains them
     audit.wrote("content_embeddings")
     write_s = stages.seconds["write"]
     snapshot.unpersist()
@@ -129,6 +129,7 @@ def content_embeddings(
         "reused": counts["reused"],
         "skipped_no_content": counts["skipped_no_content"],
         "image_errors": counts["image_errors"],
+        "video_errors": counts["video_errors"],
         "failed_no_embedding": counts["failed_no_embedding"],
         "embedded_this_run": embedded,
         "embedding_dim": int(stats["dim"] or 0),

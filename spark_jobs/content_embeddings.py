@@ -2,13 +2,15 @@
 
 :func:`embed_content` turns the bronze ``entities`` table (and the previous ``content_embeddings`` snapshot)
 into the new snapshot: one row per content entity (ad, campaign, advertiser, product, category) that has any
-content, with its text, image, attribute and fused vectors (see :mod:`hir_pipeline.content_embeddings`).
+content, with its text, image, video, attribute and fused vectors (see :mod:`hir_pipeline.content_embeddings`).
 
 How it stays cheap:
 
 * **Incremental.** Each entity's content hash (a Spark SQL expression, no Python) and the model identifier are
   compared with the previous snapshot; unchanged entities are copied from it and never reach a model. A model
-  or setting change changes the identifier and so re-embeds everything.
+  or setting change changes the identifier and so re-embeds everything. A snapshot written before clips were
+  embedded (no ``video_embedding`` / ``video_error`` columns) is reused as it is: those columns read as null, and
+  only the entities with a clip get a new hash and are embedded again.
 * **Batch inference with ``mapInPandas``.** Rows to embed are spread over ``num_partitions`` partitions
   (default: the cluster's parallelism, one model replica per core) and sorted by text length inside each
   partition, so every Arrow batch and every model batch holds texts of similar length (little padding). Each
@@ -37,7 +39,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from hir_pipeline.content_embeddings.config import EmbeddingConfig
-from hir_pipeline.content_embeddings.content_hash import CONTENT_FIELDS, model_identifier
+from hir_pipeline.content_embeddings.content_hash import CONTENT_FIELDS, model_identifier, video_settings
 from hir_pipeline.content_embeddings.precision import resolved_precision
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
 
@@ -46,13 +48,17 @@ log = logging.getLogger(__name__)
 #: Schema of the ``content_embeddings`` table.
 CONTENT_EMBEDDINGS_DDL = (
     "entity_id string, entity_type string, content_hash string, model_id string, "
-    "text_embedding array<float>, image_embedding array<float>, attributes_embedding array<float>, "
-    "embedding array<float>, image_error string, embedded_at_run date"
+    "text_embedding array<float>, image_embedding array<float>, video_embedding array<float>, "
+    "attributes_embedding array<float>, embedding array<float>, image_error string, video_error string, "
+    "embedded_at_run date"
 )
+#: Columns added after the first snapshots were written (null in the rows of an older snapshot).
+_ADDED_COLUMNS = {"video_embedding": "array<float>", "video_error": "string"}
 #: What the Python workers return (model_id and embedded_at_run are added as literals on the driver side).
 _WORKER_DDL = (
     "entity_id string, entity_type string, content_hash string, text_embedding array<float>, "
-    "image_embedding array<float>, attributes_embedding array<float>, embedding array<float>, image_error string"
+    "image_embedding array<float>, video_embedding array<float>, attributes_embedding array<float>, "
+    "embedding array<float>, image_error string, video_error string"
 )
 _OUTPUT_COLUMNS = [c.strip().split(" ")[0] for c in CONTENT_EMBEDDINGS_DDL.split(",")]
 
@@ -64,18 +70,35 @@ def _nonblank(col: Column) -> Column:
 
 
 def has_content(entities: DataFrame) -> Column:
-    """True where an entity has a non-blank title, description or image URI, or a non-empty JSON object."""
+    """True where an entity has a non-blank title, description, image or video URI, or a non-empty JSON object."""
     attrs = F.coalesce(F.size(F.json_object_keys(F.col("attributes"))) > 0, F.lit(False))
-    return _nonblank(F.col("title")) | _nonblank(F.col("description")) | _nonblank(F.col("image_uri")) | attrs
+    return (_nonblank(F.col("title")) | _nonblank(F.col("description")) | _nonblank(F.col("image_uri"))
+            | _nonblank(F.col("video_uri")) | attrs)
 
 
-def content_hash_column() -> Column:
-    """SHA-256 of the length-prefixed content fields; equals :func:`hir_pipeline.content_embeddings.content_hash`."""
-    parts = [
-        F.when(F.col(c).isNull(), F.lit("-1:")).otherwise(F.concat(F.char_length(c).cast("string"), F.lit(":"), c))
-        for c in CONTENT_FIELDS
-    ]
-    return F.sha2(F.concat(*parts), 256)
+def _part(col: Column) -> Column:
+    return F.when(col.isNull(), F.lit("-1:")).otherwise(F.concat(F.char_length(col).cast("string"), F.lit(":"), col))
+
+
+def content_hash_column(video: str = "") -> Column:
+    """SHA-256 of the length-prefixed content fields; equals :func:`hir_pipeline.content_embeddings.content_hash`.
+
+    Args:
+        video: the :func:`~hir_pipeline.content_embeddings.content_hash.video_settings`, hashed (after the video
+            URI) only for entities with a clip.
+    """
+    head = [_part(F.col(c)) for c in CONTENT_FIELDS if c != "video_uri"]
+    clip = F.when(F.col("video_uri").isNull(), F.lit("")).otherwise(
+        F.concat(_part(F.col("video_uri")), F.lit(f"{len(video)}:{video}")))
+    return F.sha2(F.concat(*head, clip), 256)
+
+
+def with_added_columns(snapshot: DataFrame) -> DataFrame:
+    """A ``content_embeddings`` snapshot with the columns added since it was written (null), in table order."""
+    for name, ddl in _ADDED_COLUMNS.items():
+        if name not in snapshot.columns:
+            snapshot = snapshot.withColumn(name, F.lit(None).cast(ddl))
+    return snapshot.select(*_OUTPUT_COLUMNS)
 
 
 def _ensure_worker_logging() -> None:
@@ -118,17 +141,20 @@ def embed_partition(batches: Iterator[pd.DataFrame], config: EmbeddingConfig) ->
             *(pdf[c].astype(object).where(pdf[c].notna(), None).tolist() for c in CONTENT_FIELDS)
         )
         done += len(pdf)
-        log.info("embedded batch of %d entities (%d in this partition, %d image errors) in %.2fs",
-                 len(pdf), done, sum(e is not None for e in out.image_error), time.perf_counter() - start)
+        log.info("embedded batch of %d entities (%d in this partition, %d image errors, %d video errors) in %.2fs",
+                 len(pdf), done, sum(e is not None for e in out.image_error),
+                 sum(e is not None for e in out.video_error), time.perf_counter() - start)
         yield pd.DataFrame({
             "entity_id": pdf["entity_id"].to_numpy(),
             "entity_type": pdf["entity_type"].to_numpy(),
             "content_hash": pdf["content_hash"].to_numpy(),
             "text_embedding": _vectors(out.text),
             "image_embedding": _vectors(out.image),
+            "video_embedding": _vectors(out.video),
             "attributes_embedding": _vectors(out.attributes),
             "embedding": _vectors(out.fused),
             "image_error": out.image_error,
+            "video_error": out.video_error,
         })
 
 
@@ -142,7 +168,8 @@ def embed_content(
 
     Args:
         entities: bronze entities (``contracts.source_ddl("entities")``); non-content types are ignored.
-        previous: the previous ``content_embeddings`` snapshot (:data:`CONTENT_EMBEDDINGS_DDL`), or ``None``.
+        previous: the previous ``content_embeddings`` snapshot (:data:`CONTENT_EMBEDDINGS_DDL`, or an older one
+            without the video columns), or ``None``.
         config: models and settings; its :func:`~hir_pipeline.content_embeddings.content_hash.model_identifier` decides
             whether previous vectors are still valid (computed here, so the driver reads the model files too).
         run_date: stored as ``embedded_at_run`` on rows embedded by this call (reused rows keep theirs).
@@ -151,16 +178,19 @@ def embed_content(
         ``(snapshot, counts)``: the new snapshot (:data:`CONTENT_EMBEDDINGS_DDL`; persisted - see module doc) and
         counts ``new``, ``changed``, ``reused``, ``skipped_no_content`` (content types without any content: no
         row, never a zero vector), ``image_errors`` (images that could not be read; the entity keeps its other
-        modalities) and ``failed_no_embedding`` (entities whose only content was unusable, e.g. a broken image
-        alone: no row this run, retried next run).
+        modalities), ``video_errors`` (clips that could not be read or decoded; likewise) and
+        ``failed_no_embedding`` (entities whose only content was unusable, e.g. a broken image alone: no row this
+        run, retried next run).
     """
     # Resolved once here, so the driver's model id and every worker's models agree on the precision.
     config = dataclasses.replace(config, precision=resolved_precision(config))
     model_id = model_identifier(config)
+    if "video_uri" not in entities.columns:  # a catalogue ingested before the contract had clips
+        entities = entities.withColumn("video_uri", F.lit(None).cast("string"))
     content = entities.where(F.col("entity_type").isin(list(CONTENT_ENTITY_TYPES))).select(
         "entity_id", "entity_type", *CONTENT_FIELDS,
         has_content(entities).alias("_has_content"),
-        content_hash_column().alias("content_hash"),
+        content_hash_column(video_settings(config)).alias("content_hash"),
     )
     if previous is not None:
         prev_keys = previous.select(
@@ -203,9 +233,11 @@ def embed_content(
     )
     stats = embedded.agg(
         F.count(F.col("image_error")).alias("image_errors"),
+        F.count(F.col("video_error")).alias("video_errors"),
         F.count(F.when(F.col("embedding").isNull(), 1)).alias("failed"),
     ).first()
     counts["image_errors"] = int(stats["image_errors"])
+    counts["video_errors"] = int(stats["video_errors"])
     counts["failed_no_embedding"] = int(stats["failed"])
     log.info("content embeddings (model %s): %s", model_id, counts)
 
@@ -213,7 +245,7 @@ def embed_content(
     if previous is not None and counts[STATUS_REUSED]:
         reused = (
             labelled.where(F.col("_status") == STATUS_REUSED).select("entity_id", "entity_type")
-            .join(previous.drop("entity_type"), "entity_id")
+            .join(with_added_columns(previous).drop("entity_type"), "entity_id")
             .select(*_OUTPUT_COLUMNS)
         )
         snapshot = snapshot.unionByName(reused)

@@ -171,13 +171,16 @@ def replace_where(
     retry_on_conflict(lambda: writer.save(path), path, retry or WriteRetry.from_conf(df.sparkSession))
 
 
-def replace_table(df: DataFrame, path: str, *, retry: WriteRetry | None = None) -> None:
+def replace_table(df: DataFrame, path: str, *, retry: WriteRetry | None = None, add_columns: bool = False) -> None:
     """Atomically replace the whole table at ``path`` with ``df``; earlier versions stay readable (time travel).
 
     ``df`` may be computed from the table it replaces: Delta reads the version it planned against, and the
-    overwrite only marks that version's files removed. ``retry``: as in :func:`replace_where`.
+    overwrite only marks that version's files removed. ``retry``: as in :func:`replace_where`. ``add_columns``:
+    columns of ``df`` that the table lacks are added to it (Delta ``mergeSchema``) instead of failing the write.
     """
     writer = df.write.format("delta").mode("overwrite")
+    if add_columns:
+        writer = writer.option("mergeSchema", "true")
     retry_on_conflict(lambda: writer.save(path), path, retry or WriteRetry.from_conf(df.sparkSession))
 
 

@@ -54,7 +54,8 @@ def eval_lake(spark, ingested_lake, tiny_source, tmp_path_factory):
     content_ents = sorted(tuple(r) for r in ents.where(F.col("entity_type").isin(*CONTENT_ENTITY_TYPES))
                           .select("entity_id", "entity_type").collect())
     rng = np.random.default_rng(0)
-    rows = [(eid, etype, "h", "tiny", None, None, None, (v / np.linalg.norm(v)).tolist(), None, DAY)
+    rows = [(eid, etype, "h", "tiny", None, None, None, None, (v / np.linalg.norm(v)).tolist(), None, None,
+             DAY)
             for (eid, etype), v in zip(content_ents, rng.normal(size=(len(content_ents), 12)), strict=True)]
     spark.createDataFrame(rows, CONTENT_EMBEDDINGS_DDL).write.format("delta").save(
         resources["lake"].path("content_embeddings"))

@@ -58,7 +58,7 @@ def write_model_inputs(spark, bronze, lake) -> None:
     content_ents = sorted(tuple(r) for r in ents.where(F.col("entity_type").isin(*CONTENT_ENTITY_TYPES))
                           .select("entity_id", "entity_type").collect())
     rng = np.random.default_rng(0)
-    rows = [(eid, etype, "h", "tiny", None, None, None, rng.normal(size=CONTENT_DIM).tolist(), None, DAY)
+    rows = [(eid, etype, "h", "tiny", None, None, None, None, rng.normal(size=CONTENT_DIM).tolist(), None, None, DAY)
             for eid, etype in content_ents]
     # like assets/content_embeddings.py: one current snapshot (no run_date column), replaced as a whole
     spark.createDataFrame(rows, CONTENT_EMBEDDINGS_DDL).write.format("delta").mode("overwrite").save(

@@ -12,10 +12,12 @@ import pytest
 from PIL import Image
 
 from hir_pipeline.content_embeddings.config import EmbeddingConfig
-from hir_pipeline.content_embeddings.content_hash import content_hash, model_identifier
+from hir_pipeline.content_embeddings.content_hash import content_hash, model_identifier, video_settings
 from hir_pipeline.content_embeddings.embedder import ContentEmbedder
+from hir_pipeline.content_embeddings.video import VideoError, write_clip
 from hir_pipeline.contracts import source_ddl
 from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL, content_hash_column, embed_content
+from spark_jobs.delta_io import read_table, replace_table
 from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
 D1, D2, D3 = dt.date(2024, 5, 1), dt.date(2024, 5, 2), dt.date(2024, 5, 3)
@@ -60,10 +62,14 @@ def _by_id(df):
 
 
 def test_spark_content_hash_equals_python(spark):
-    rows = [("t", "d", "/i.png", '{"a": 1}'), (None, "dé€🙂", None, ""), ("", None, "x", None)]
-    df = spark.createDataFrame(rows, "title string, description string, image_uri string, attributes string")
-    got = [r[0] for r in df.select(content_hash_column()).collect()]
-    assert got == [content_hash(*r) for r in rows]
+    rows = [("t", "d", "/i.png", '{"a": 1}', None), (None, "dé€🙂", None, "", None), ("", None, "x", None, None),
+            ("t", None, None, None, "/clips/é 1.mp4"), (None, None, None, None, "")]
+    df = spark.createDataFrame(rows, "title string, description string, image_uri string, attributes string, "
+                                     "video_uri string")
+    settings = video_settings(EmbeddingConfig(text_model="x"))
+    got = [r[0] for r in df.select(content_hash_column(settings)).collect()]
+    assert got == [content_hash(*r, settings) for r in rows]
+    assert got[0] == content_hash(*rows[0][:4])  # without a clip: the hash from before clips existed
 
 
 @pytest.mark.slow
@@ -75,7 +81,7 @@ def test_incremental_runs_and_model_change(spark, models, rows):
     cached_before = set(spark.sparkContext._jsc.getPersistentRDDs().keys())
     first, counts = embed_content(entities, None, cfg_a, D1)
     assert counts == {"new": 6, "changed": 0, "reused": 0, "skipped_no_content": 1, "image_errors": 2,
-                      "failed_no_embedding": 1}
+                      "video_errors": 0, "failed_no_embedding": 1}
     assert first.schema.simpleString() == spark.createDataFrame([], CONTENT_EMBEDDINGS_DDL).schema.simpleString()
     out = _by_id(first)
     assert set(out) == {"p1", "p2", "p3", "a1", "c1"}
@@ -131,3 +137,50 @@ def test_incremental_runs_and_model_change(spark, models, rows):
         df.unpersist()
     # Unpersisting the returned frames frees everything the calls cached (no leaked intermediate).
     assert set(spark.sparkContext._jsc.getPersistentRDDs().keys()) <= cached_before
+
+
+@pytest.mark.slow
+def test_clips_pass_through_and_a_snapshot_from_before_clips_is_reused(spark, models, rows, tmp_path):
+    cfg, _ = models
+    write_clip(tmp_path / "ok.mp4", [np.full((32, 32, 3), 40 * i, dtype=np.uint8) for i in range(6)])
+    (tmp_path / "broken.mp4").write_bytes(b"not a clip")
+    ts = dt.datetime(2024, 1, 1)
+    clips = [("v1", "ad", "Summer sale", None, None, str(tmp_path / "ok.mp4"), None, ts),
+             ("v2", "ad", "Red shoes", None, None, str(tmp_path / "broken.mp4"), '{"format": "video"}', ts),
+             ("v3", "ad", None, None, None, str(tmp_path / "missing.mp4"), None, ts)]  # only a missing clip
+    entities = _frame(spark, rows + clips)
+
+    # The snapshot a run wrote before clips existed: the same rows without the video columns.
+    first, _ = embed_content(_frame(spark, rows), None, cfg, D1)
+    old_path = str(tmp_path / "content_embeddings")
+    first.drop("video_embedding", "video_error").write.format("delta").save(old_path)
+    first.unpersist()
+
+    snapshot, counts = embed_content(entities, read_table(spark, old_path), cfg, D2)
+    # Only the entities with a clip (and x1, whose only content failed) are embedded: the rest keep their hash.
+    assert (counts["new"], counts["changed"], counts["reused"]) == (4, 0, 5)
+    assert counts["video_errors"] == 2 and counts["image_errors"] == 1 and counts["failed_no_embedding"] == 2
+    assert snapshot.schema.simpleString() == spark.createDataFrame([], CONTENT_EMBEDDINGS_DDL).schema.simpleString()
+    out = _by_id(snapshot)
+    assert set(out) == {"p1", "p2", "p3", "a1", "c1", "v1", "v2"}
+    assert out["v1"]["video_error"] is None and out["v1"]["video_embedding"] is not None
+    assert abs(np.linalg.norm(out["v1"]["video_embedding"]) - 1) < 1e-5 and out["v1"]["image_embedding"] is None
+    assert out["v2"]["video_error"] == VideoError.UNREADABLE and out["v2"]["video_embedding"] is None
+    assert out["v2"]["text_embedding"] is not None and out["v2"]["attributes_embedding"] is not None
+    assert out["v1"]["content_hash"] == content_hash("Summer sale", None, None, None, clips[0][5],
+                                                     video_settings(cfg))
+    for k in ("p1", "p2", "p3", "a1", "c1"):  # reused from the old snapshot, video columns null
+        assert out[k]["embedded_at_run"] == D1 and out[k]["video_error"] is None
+        assert out[k]["video_embedding"] is None
+
+    # The Spark path equals the core embedder run directly.
+    direct = ContentEmbedder(cfg).embed(["Summer sale"], [None], [None], [None], [clips[0][5]])
+    np.testing.assert_allclose(out["v1"]["embedding"], direct.fused[0], atol=1e-5)
+    np.testing.assert_allclose(out["v1"]["video_embedding"], direct.video[0], atol=1e-5)
+
+    # Written over the old table, the snapshot adds the video columns to it.
+    replace_table(snapshot, old_path, add_columns=True)
+    snapshot.unpersist()
+    written = _by_id(read_table(spark, old_path))
+    assert set(written) == set(out) and written["v2"]["video_error"] == VideoError.UNREADABLE
+    assert written["p1"]["embedding"] == out["p1"]["embedding"]

@@ -49,7 +49,7 @@ def graph(spark):
     content_ids = [i for i, t in ents if t != "user" and i != "p_cold"]  # p_cold: a content type with no row
     vectors = {i: rng.normal(size=DIM).astype(np.float32).tolist() for i in content_ids}
     content = spark.createDataFrame(
-        [(i, dict(ents)[i], "h", "m", None, None, None, vectors[i], None, RUN) for i in content_ids],
+        [(i, dict(ents)[i], "h", "m", None, None, None, None, vectors[i], None, None, RUN) for i in content_ids],
         CONTENT_EMBEDDINGS_DDL,
     )
     yield {"edges": edges, "nodes": nodes, "views": views, "content": content, "vectors": vectors}
