@@ -124,7 +124,7 @@ class SourceSpec:
                 images = fetch_fashion_mnist(cache_dir())
             except Exception as exc:  # the generator still works without pictures
                 log.warning("Fashion-MNIST images unavailable (%s); synthetic products get no image_uri", exc)
-        suffix = "img" if images is not None else "noimg"
+        suffix = ("img" if images is not None else "noimg") + ("-video" if config.video_share > 0 else "")
         out = cache_dir() / "sources" / f"synthetic-{self.synthetic_seed}-{self.synthetic_events}-{suffix}"
         write_synthetic_source(spark, config, out, images)
         return out

@@ -9,7 +9,9 @@ all global integer ids; level2 is null for advertisers and categories, which liv
   products of the same fine interest; one category per mid interest (``product_in_category``);
 * content: titles and descriptions drawn from per-interest vocabularies (real words for the first
   4 x 4 x 4 interests, deterministic pseudo-words beyond), so text embeddings carry the hierarchy; real
-  Fashion-MNIST images (Xiao et al., 2017) chosen by category when an image folder is given;
+  Fashion-MNIST images (Xiao et al., 2017) chosen by category when an image folder is given; a short clip
+  (``video_uri``: a few 32x32 frames whose colour follows the coarse interest and whose moving square follows the
+  mid and fine ones) for a seeded ``video_share`` of the ads;
 * activity: users hold one fine interest and mostly act on items of it, sometimes on items of the same
   mid or coarse interest, rarely on random ones; item popularity within an interest and user activity
   follow Zipf-like power laws; clicks are rarer than impressions and rarer still deeper in the funnel,
@@ -40,6 +42,8 @@ from hir_pipeline.publish.labels import tokenize
 from spark_jobs.ingestion.sources import read_marker, write_source_folder
 
 FUNNEL = ("impression", "click", "add_to_cart", "conversion")
+#: Frames and side (pixels) of the synthetic ads' clips: tiny, so writing and embedding them stays cheap.
+CLIP_FRAMES, CLIP_SIZE = 6, 32
 _MASK53 = (1 << 53) - 1
 
 
@@ -71,6 +75,8 @@ class SyntheticConfig:
         p_same_mid: ... of a fine interest drawn uniformly under the user's mid interest ...
         p_same_coarse: ... under the user's coarse interest; the remainder is uniformly random.
         ad_share: fraction of impressions that are ads (the rest are organic product impressions).
+        video_share: fraction of ads (drawn with the seed) that get a short clip in ``videos/`` (``video_uri``;
+            :data:`CLIP_FRAMES` frames of :data:`CLIP_SIZE` x :data:`CLIP_SIZE` pixels, MPEG-4); 0 writes none.
     """
 
     seed: int = 7
@@ -94,6 +100,7 @@ class SyntheticConfig:
     p_same_mid: float = 0.12
     p_same_coarse: float = 0.08
     ad_share: float = 0.5
+    video_share: float = 0.05
 
     def __post_init__(self) -> None:
         if isinstance(self.end_date, str):
@@ -112,7 +119,7 @@ class SyntheticConfig:
                              f"{self.n_fine} fine interests")
         if min(self.ads_per_campaign, self.products_per_ad) < 1:
             raise ValueError("ads_per_campaign and products_per_ad must be >= 1")
-        for name in ("click_rate", "cart_rate", "conversion_rate", "ad_share"):
+        for name in ("click_rate", "cart_rate", "conversion_rate", "ad_share", "video_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1]")
         if min(self.p_same_fine, self.p_same_mid, self.p_same_coarse) < 0 or (
@@ -320,8 +327,36 @@ def _zipf_rank(u: Column, n: Column | int, s: float) -> Column:
 
 
 # --- the catalog (driver side, small) ------------------------------------------------------------------
+def clip_frames(cfg: SyntheticConfig, fine: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """The frames of an ad's clip: a background whose hue is the coarse interest, a bright square placed by the mid
+    and fine interests that moves across the frames, and a little noise from ``rng``.
+
+    Args:
+        cfg: the generator settings (``branching``).
+        fine: the ad's fine interest (global id).
+        rng: the ad's own generator.
+    """
+    import colorsys
+
+    _, b1, b2 = cfg.branching
+    coarse, mid = fine // (b1 * b2), fine // b2
+    hue = (coarse * 0.618034) % 1.0  # golden-ratio steps: neighbouring coarse interests get distant hues
+    background = np.array(colorsys.hsv_to_rgb(hue, 0.7, 0.6)) * 255
+    side = CLIP_SIZE // 4
+    row = (mid % b1) * (CLIP_SIZE - side) // max(b1 - 1, 1)
+    frames = []
+    for t in range(CLIP_FRAMES):
+        pixels = np.broadcast_to(background, (CLIP_SIZE, CLIP_SIZE, 3)).copy()
+        col = ((fine % b2) * side + 3 * t) % (CLIP_SIZE - side)
+        pixels[row:row + side, col:col + side] = 235
+        pixels += rng.normal(0, 6, pixels.shape)
+        frames.append(np.clip(pixels, 0, 255).astype(np.uint8))
+    return frames
+
+
 def _catalog(cfg: SyntheticConfig, start: datetime, images: tuple[np.ndarray, np.ndarray] | None,
-             image_dir_tmp: Path | None, image_dir_final: Path | None) -> dict[str, list[dict[str, Any]]]:
+             image_dir_tmp: Path | None, image_dir_final: Path | None, video_dir_tmp: Path | None = None,
+             video_dir_final: Path | None = None) -> dict[str, list[dict[str, Any]]]:
     b0, b1, b2 = cfg.branching
     coarse_names, mid_info, fine_info = _interest_names(cfg.branching)
     rng = np.random.default_rng([cfg.seed, 1])
@@ -339,11 +374,11 @@ def _catalog(cfg: SyntheticConfig, start: datetime, images: tuple[np.ndarray, np
     truth: list[dict[str, Any]] = []
 
     def add(eid: str, etype: str, title: str, desc: str, attrs: dict[str, Any], lv: dict[str, int | None],
-            created_at: int | None, image_uri: str | None = None) -> None:
+            created_at: int | None, image_uri: str | None = None, video_uri: str | None = None) -> None:
         import json
         entities.append({"entity_id": eid, "entity_type": etype, "title": title, "description": desc,
-                         "image_uri": image_uri, "attributes": json.dumps(attrs, sort_keys=True),
-                         "created_s": created_at})
+                         "image_uri": image_uri, "video_uri": video_uri,
+                         "attributes": json.dumps(attrs, sort_keys=True), "created_s": created_at})
         truth.append({"entity_id": eid, "entity_type": etype, **lv})
 
     for m, (mname, _cls) in enumerate(mid_info):
@@ -419,6 +454,10 @@ def _catalog(cfg: SyntheticConfig, start: datetime, images: tuple[np.ndarray, np
             created())
         relations.append((cid, f"advertiser:{a:05d}", "campaign_of_advertiser", 1.0))
     n_ads = n_campaigns * cfg.ads_per_campaign
+    # Which ads get a clip: a generator of its own, so the rest of the catalogue is the same whatever the share.
+    with_clip = np.random.default_rng([cfg.seed, 3]).random(n_ads) < cfg.video_share
+    if video_dir_tmp is None or video_dir_final is None:
+        with_clip[:] = False
     for k in range(n_ads):
         c = k % n_campaigns
         f = camp_fine[c]
@@ -429,10 +468,17 @@ def _catalog(cfg: SyntheticConfig, start: datetime, images: tuple[np.ndarray, np
         aid = f"ad:{k:07d}"
         fname, words = fine_info[f]
         hook = rng.choice(("Save on", "New season", "Discover", "Top rated", "Limited offer:"))
+        clip = None
+        if with_clip[k]:
+            from hir_pipeline.content_embeddings.video import write_clip
+
+            name = f"{aid.replace(':', '_')}.mp4"
+            write_clip(video_dir_tmp / name, clip_frames(cfg, f, np.random.default_rng([cfg.seed, 4, k])))
+            clip = str(video_dir_final / name)
         add(aid, "ad", f"{hook} {fname}", f"{hook} {fname}: {words[int(rng.integers(len(words)))]} "
             f"and {words[int(rng.integers(len(words)))]} picks.", {"format": str(rng.choice(("banner", "video",
                                                                                         "carousel")))},
-            levels(fine=f), created(), product_image[pool[int(picked[0])]])
+            levels(fine=f), created(), product_image[pool[int(picked[0])]], clip)
         relations.append((aid, f"campaign:{c:06d}", "ad_of_campaign", 1.0))
         for p in picked:
             relations.append((aid, f"product:{prod_num[pool[int(p)]]:07d}", "ad_promotes_product", 1.0))
@@ -549,13 +595,14 @@ _TRUTH_SCHEMA = T.StructType([
 
 def synthetic_tables(spark: SparkSession, cfg: SyntheticConfig, tmp: Path, final: Path,
                      images_dir: Path | None) -> dict[str, DataFrame]:
-    """Build the (lazy) tables of the synthetic source; images, if any, are written to ``tmp/images``.
+    """Build the (lazy) tables of the synthetic source; images, if any, are written to ``tmp/images``, clips (for
+    ``cfg.video_share`` of the ads) to ``tmp/videos``.
 
     Args:
         spark: the session.
         cfg: the generator settings.
-        tmp: the folder being written (images go to ``tmp/images``).
-        final: the folder ``tmp`` becomes (image URIs point there).
+        tmp: the folder being written (images go to ``tmp/images``, clips to ``tmp/videos``).
+        final: the folder ``tmp`` becomes (image and video URIs point there).
         images_dir: Fashion-MNIST idx folder (:func:`hir_pipeline.data.fetch_fashion_mnist`) or None.
     """
     start, _ = synthetic_window(cfg)
@@ -566,11 +613,15 @@ def synthetic_tables(spark: SparkSession, cfg: SyntheticConfig, tmp: Path, final
 
         images = load_fashion_mnist(Path(images_dir), "train")
         (tmp / "images").mkdir()
+    videos = cfg.video_share > 0
+    if videos:
+        (tmp / "videos").mkdir(exist_ok=True)
     cat = _catalog(cfg, start, images, tmp / "images" if images is not None else None,
-                   final / "images" if images is not None else None)
+                   final / "images" if images is not None else None,
+                   tmp / "videos" if videos else None, final / "videos" if videos else None)
     partitions = max(spark.sparkContext.defaultParallelism, -(-cfg.n_events // 2_000_000))
     ent_schema = ("entity_id string, entity_type string, title string, description string, image_uri string, "
-                  "attributes string, created_s long")
+                  "video_uri string, attributes string, created_s long")
     catalog_entities = spark.createDataFrame(cat["entities"], ent_schema).select(
         "*", F.timestamp_seconds("created_s").alias("created_at")).drop("created_s")
     user_entities, user_truth = _users(spark, cfg, start_s, partitions)
@@ -592,7 +643,8 @@ def write_synthetic_source(spark: SparkSession, config: SyntheticConfig, out: Pa
         spark: the session to write with.
         config: the generator settings.
         out: the source folder; gets ``entities/``, ``relations/``, ``events/`` (the source contract),
-            ``ground_truth/`` (Parquet), ``images/`` (PNGs, when ``images_dir`` is given) and the marker.
+            ``ground_truth/`` (Parquet), ``images/`` (PNGs, when ``images_dir`` is given), ``videos/`` (MPEG-4
+            clips of ``config.video_share`` of the ads) and the marker.
         images_dir: Fashion-MNIST idx folder from :func:`hir_pipeline.data.fetch_fashion_mnist`, or None
             for no images (``image_uri`` null).
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +20,10 @@ from hir_pipeline.data import DataUnavailable, fetch_fashion_mnist, load_fashion
 from hir_pipeline.settings import cache_dir
 from spark_jobs.ingestion.reader import read_source
 from spark_jobs.ingestion.sources.synthetic import (
+    CLIP_FRAMES,
+    CLIP_SIZE,
     SyntheticConfig,
+    _catalog,
     _zipf_rank,
     interest_vocabularies,
     read_interest_vocabularies,
@@ -230,6 +234,44 @@ def test_images_are_real_fashion_mnist(spark, source, images_dir):
     assert ads.where("image_uri is null").count() == 0
 
 
+def test_a_seeded_share_of_ads_get_a_short_clip_and_nothing_else_changes(tmp_path):
+    from hir_pipeline.content_embeddings.video import load_frames
+
+    cfg = SyntheticConfig(seed=5, n_events=1_000, n_products=64, n_advertisers=16, video_share=0.25)
+    start, _ = synthetic_window(cfg)
+    runs = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        runs.append(_catalog(cfg, start, None, None, None, tmp_path / name, tmp_path / name)["entities"])
+    ads = [e for e in runs[0] if e["entity_type"] == "ad"]
+    clips = [e["video_uri"] for e in ads if e["video_uri"]]
+    assert _within(len(clips), len(ads), cfg.video_share)
+    assert all(e["video_uri"] is None for e in runs[0] if e["entity_type"] != "ad")
+    for uri in clips[:3]:
+        frames = load_frames(uri, 8)
+        assert len(frames) == CLIP_FRAMES and frames[0].size == (CLIP_SIZE, CLIP_SIZE)
+        twin = uri.replace(str(tmp_path / "a"), str(tmp_path / "b"))
+        assert Path(uri).read_bytes() == Path(twin).read_bytes()  # same seed, same bytes
+    # the clips come from generators of their own: without them the catalogue is the same, clip columns aside
+    plain = _catalog(dataclasses.replace(cfg, video_share=0.0), start, None, None, None)["entities"]
+    assert [{**e, "video_uri": None} for e in runs[0]] == plain
+    with pytest.raises(ValueError, match="video_share"):
+        SyntheticConfig(video_share=1.5)
+
+
+@pytest.mark.slow
+def test_some_ads_have_a_clip_in_the_source_folder(spark, source):
+    out, _ = source
+    ent = _table(spark, out, "entities")
+    clips = [r.video_uri for r in ent.where("video_uri is not null").select("video_uri", "entity_type").collect()
+             if r.entity_type == "ad"]
+    assert ent.where("video_uri is not null and entity_type != 'ad'").count() == 0
+    n_ads = ent.where("entity_type = 'ad'").count()
+    assert _within(len(clips), n_ads, CFG.video_share)
+    assert sorted(p.name for p in (out / "videos").glob("*.mp4")) == sorted(u.rsplit("/", 1)[1] for u in clips)
+    assert all(u.startswith(str(out)) for u in clips)
+
+
 @pytest.mark.slow
 def test_same_seed_same_output_and_cache(spark, source, tmp_path, images_dir):
     out, counts = source
@@ -237,8 +279,9 @@ def test_same_seed_same_output_and_cache(spark, source, tmp_path, images_dir):
     assert write_synthetic_source(spark, CFG, again, images_dir) == counts
     for table in ("entities", "relations", "events", "ground_truth"):
         a, b = _table(spark, out, table), _table(spark, again, table)
-        if "image_uri" in a.columns:  # absolute paths differ by folder; compare file names
-            a, b = (d.withColumn("image_uri", F.regexp_extract("image_uri", r"[^/]*$", 0)) for d in (a, b))
+        for uri in ("image_uri", "video_uri"):  # absolute paths differ by folder; compare file names
+            if uri in a.columns:
+                a, b = (d.withColumn(uri, F.regexp_extract(uri, r"[^/]*$", 0)) for d in (a, b))
         assert a.exceptAll(b).count() == 0 and b.exceptAll(a).count() == 0
     assert write_synthetic_source(spark, CFG, out, images_dir) == counts  # complete: cache hit
     with pytest.raises(ValueError, match="other settings"):
