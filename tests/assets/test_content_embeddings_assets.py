@@ -97,6 +97,10 @@ def test_first_run_embeds_every_content_entity_and_check_passes(spark, lake, fir
     embedding = np.array([r[0] for r in table.select("embedding").collect()])
     assert embedding.shape == (rows, meta["embedding_dim"])
     np.testing.assert_allclose(np.linalg.norm(embedding, axis=1), 1.0, atol=1e-5)
+    # The tiny synthetic source gives a few ads a clip: each is embedded (through the tiny image model), none fails.
+    clips = {r[0] for r in content.where(F.col("video_uri").isNotNull()).select("entity_id").collect()}
+    with_video = {r[0] for r in table.where(F.col("video_embedding").isNotNull()).select("entity_id").collect()}
+    assert clips and with_video == clips and meta["video_errors"] == meta["image_errors"] == 0
 
 
 @pytest.mark.slow
