@@ -147,13 +147,14 @@ def test_definitions_use_no_deprecated_dagster_api():
 
 def test_code_location_loads_without_the_heavy_libraries():
     """Every Dagster process (webserver, daemon, run worker, ``hir``) loads the code location first; torch, MLflow and
-    Great Expectations take seconds each to import, so they are imported by the assets that use them, not at load."""
+    Great Expectations take seconds each to import, so they are imported by the assets that use them, not at load
+    (PyAV, ``av``, only when a batch of content holds a video clip)."""
     import subprocess
     import sys
 
     probe = ("import sys, hir_pipeline.definitions; "
              "print(sorted(m for m in ('torch', 'mlflow', 'great_expectations', 'transformers', 'implicit', "
-             "'torch_geometric') if m in sys.modules))")
+             "'torch_geometric', 'av') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]
