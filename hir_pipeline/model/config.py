@@ -236,6 +236,12 @@ class TrainConfig:
         engagement_weights: weight of an engaged (user, item) pair in the engagement loss per funnel stage,
             aligned with the graph's funnel (0 = not engagement); ``None``: the stage's depth above the first
             (``0, 1, 2, 3`` for the default funnel).
+        prototype_refinement_iters: after training, spherical k-means iterations over every node's head
+            projection, started from the published network's learned prototypes, that move each prototype to the
+            nodes it wins (``hir_pipeline.model.refine``; an emptied prototype is re-seeded at the worst-served node):
+            the published clusters are then the groups the embedding space holds even where a short schedule left
+            the distillation targets soft. 0 publishes the learned prototypes as they are. The embeddings are
+            unchanged.
         processes: data-parallel training processes (the world size); 1 = one process, today's loop. With more,
             each rank trains on its shard of every global batch of ``batch_size`` anchors (and
             ``engagement_batch_size`` pairs) and the gradients are averaged across ranks
@@ -266,9 +272,12 @@ class TrainConfig:
     published_encoder: PublishedEncoder = "student"
     schedule_budget_s: float | None = None
     engagement_weights: tuple[float, ...] | None = None
+    prototype_refinement_iters: int = 20
     processes: int = 1
 
     def __post_init__(self) -> None:
+        if self.prototype_refinement_iters < 0:
+            raise ValueError("prototype_refinement_iters must be >= 0")
         if self.processes < 1:
             raise ValueError("processes must be >= 1")
         if self.schedule_budget_s is not None and self.schedule_budget_s <= 0:

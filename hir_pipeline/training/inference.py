@@ -103,8 +103,51 @@ def infer(
             start = stop
     finally:
         model.train(was_training)
+    return InferenceResult(embeddings=emb, probs=probs, parent_maps=published_tree(model, probs), has_view=has_view)
+
+
+def published_tree(model: HIRModel, probs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Per level ``l >= 1`` the parent of each cluster: the level ``l - 1`` cluster most of its members' argmax falls
+    into, or, for a cluster without members, the most similar level ``l - 1`` prototype.
+
+    Args:
+        model: the published model (its prototypes).
+        probs: per level ``[N, K_l]`` cluster probabilities of every node.
+    """
     nearest = [m.cpu().numpy() for m in model.hierarchy.parent_maps()]
     hard = [p.argmax(axis=1) for p in probs]
-    parent_maps = [majority_parents(hard[lvl], hard[lvl - 1], cfg.level_sizes[lvl], nearest[lvl - 1])
-                   for lvl in range(1, len(probs))]
-    return InferenceResult(embeddings=emb, probs=probs, parent_maps=parent_maps, has_view=has_view)
+    return [majority_parents(hard[lvl], hard[lvl - 1], model.cfg.level_sizes[lvl], nearest[lvl - 1])
+            for lvl in range(1, len(probs))]
+
+
+@torch.no_grad()
+def cluster_probabilities(model: HIRModel, embeddings: np.ndarray, temperature: float,
+                          centers: Sequence[torch.Tensor] | None = None, batch_size: int = 8192) -> list[np.ndarray]:
+    """Per level ``[N, K_l]`` cluster probabilities of published embeddings: the same function of the embedding as
+    the model's forward pass (projection head, cosine prototypes), without re-encoding the views.
+
+    Args:
+        model: the published model.
+        embeddings: float ``[N, out_dim]`` its embeddings (``InferenceResult.embeddings``).
+        temperature: softmax temperature.
+        centers: per-level teacher centers subtracted from the logits, or ``None``.
+        batch_size: rows per matrix product.
+    """
+    device = next(model.parameters()).device
+    out = [np.zeros((len(embeddings), k), dtype=np.float32) for k in model.cfg.level_sizes]
+    for start in range(0, len(embeddings), batch_size):
+        emb = torch.as_tensor(embeddings[start:start + batch_size], device=device)
+        for lvl, logits in enumerate(model.hierarchy(model.head(emb.to(model.head[0].weight.dtype)))):
+            logits = logits.float()
+            if centers is not None:
+                logits = logits - centers[lvl].to(device).reshape(1, -1)
+            out[lvl][start:start + len(emb)] = torch.softmax(logits / temperature, -1).cpu().numpy()
+    return out
+
+
+@torch.no_grad()
+def head_projections(model: HIRModel, embeddings: np.ndarray) -> torch.Tensor:
+    """float ``[N, out_dim]``: the projection head's output for published embeddings (the prototypes' input)."""
+    device = next(model.parameters()).device
+    emb = torch.as_tensor(embeddings, device=device)
+    return model.head(emb.to(model.head[0].weight.dtype)).float()

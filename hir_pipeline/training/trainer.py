@@ -34,6 +34,7 @@ checkpoints.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 import os
@@ -62,6 +63,7 @@ from hir_pipeline.model.features import NodeFeatures
 from hir_pipeline.model.hierarchy import cluster_perplexity, hierarchy_consistency
 from hir_pipeline.model.hir_model import HIRModel
 from hir_pipeline.model.history import pair_exclusions
+from hir_pipeline.model.refine import spherical_kmeans
 from hir_pipeline.training.collate import augment_view, drop_node
 from hir_pipeline.training.parallel import Ranks, pad_cyclic
 from hir_pipeline.training.sampling import EngagementSampler, partner_lists
@@ -167,6 +169,7 @@ class Trainer:
         self.total_steps = self.steps_per_epoch * self.epochs
         self.epoch = 0  # next epoch to run
         self.history: list[dict[str, Any]] = []
+        self.refined: set[str] = set()  # networks whose prototypes were refined since the last training
 
     # -- setup helpers -----------------------------------------------------------------------------------
     def _param_groups(self) -> list[dict[str, Any]]:
@@ -267,6 +270,7 @@ class Trainer:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         self.history = list(state["history"])
         self.epoch = int(state["epoch"]) + 1
+        self.refined.clear()  # the loaded prototypes are the learned ones
 
     def save_checkpoint(self) -> Path | None:
         """Atomically write ``epoch_XXXX.pt`` (write to a temp file, then rename) and prune old ones."""
@@ -490,6 +494,7 @@ class Trainer:
         """Train to ``epochs`` (resuming first when a checkpoint exists; fewer when ``schedule_budget_s`` says so);
         returns the per-epoch metrics."""
         self.maybe_resume()
+        self.refined.clear()  # training moves the prototypes again
         log.info("training on %s: %d anchors, %d steps/epoch, epochs %d..%d, bf16=%s", self.device,
                  len(self.anchors), self.steps_per_epoch, self.epoch, self.cfg.epochs - 1, self.use_bf16)
         start, trained = time.perf_counter(), 0
@@ -553,7 +558,9 @@ class Trainer:
         self.encoder(which)  # validates
         if which == "student":
             return self.model_cfg.student_temp, None
-        centers = self.centers() if self.model_cfg.teacher_target == "centering" else None
+        # refined prototypes moved away from the logits the centers were a running mean of
+        centering = self.model_cfg.teacher_target == "centering" and which not in self.refined
+        centers = self.centers() if centering else None
         return self.model_cfg.teacher_temp, centers
 
     def training_views(self, which: str | None = None) -> list[Mapping[str, Any]]:
@@ -576,10 +583,29 @@ class Trainer:
         (:meth:`output_calibration`) and, unless ``views`` are given, its :meth:`training_views`."""
         from hir_pipeline.training.inference import infer
 
+        which = which or self.cfg.published_encoder
         temperature, centers = self.output_calibration(which)
         views = self.training_views(which) if views is None else views
-        return infer(self.encoder(which), self.features, views, batch_size=self.cfg.infer_batch_size,
-                     pad_to=self.cfg.pad_to, temperature=temperature, centers=centers)
+        res = infer(self.encoder(which), self.features, views, batch_size=self.cfg.infer_batch_size,
+                    pad_to=self.cfg.pad_to, temperature=temperature, centers=centers)
+        if self.cfg.prototype_refinement_iters > 0 and which not in self.refined:
+            res = self._refine_prototypes(which, res)
+        return res
+
+    def _refine_prototypes(self, which: str, res):
+        """Refine ``which``'s prototypes on the embeddings of ``res`` (``TrainConfig.prototype_refinement_iters``,
+        :func:`~hir_pipeline.model.refine.spherical_kmeans`) and return ``res`` with the refined clusters."""
+        from hir_pipeline.training.inference import cluster_probabilities, head_projections, published_tree
+
+        model = self.encoder(which)
+        z = head_projections(model, res.embeddings)
+        with torch.no_grad():
+            for proto in model.hierarchy.prototypes:
+                proto.copy_(spherical_kmeans(z, proto, self.cfg.prototype_refinement_iters).to(proto.dtype))
+        self.refined.add(which)
+        temperature, centers = self.output_calibration(which)
+        probs = cluster_probabilities(model, res.embeddings, temperature, centers)
+        return dataclasses.replace(res, probs=probs, parent_maps=published_tree(model, probs))
 
     def consistency(self, views: Sequence[Mapping[str, Any]]) -> list[float]:
         """Hierarchy consistency (see ``hierarchy_consistency``) of the published encoder on ``views``."""

@@ -137,9 +137,10 @@ def test_infer_embeds_every_node(toy):
 def test_published_encoder_selects_the_network_and_its_calibration(toy):
     """``published_encoder`` picks the student (default) or the EMA teacher for the embedding *and* the cluster
     probabilities: each equals that network's own forward (student: softmax(logits / student_temp), uncentred;
-    teacher: softmax((logits - center) / teacher_temp)); after a few steps the two differ."""
+    teacher: softmax((logits - center) / teacher_temp)); after a few steps the two differ. (The learned
+    prototypes: refinement is tested below.)"""
     cfg = TrainConfig(epochs=2, batch_size=8, engagement_batch_size=8, lr=3e-3, warmup_steps=2, log_every=0,
-                      pad_to=16, seed=7)
+                      pad_to=16, seed=7, prototype_refinement_iters=0)
     assert cfg.published_encoder == "student"
     trainer = Trainer(MODEL, cfg, toy.features, toy.broad_views, toy.narrow_views, toy.engagement)
     trainer.fit()
@@ -182,6 +183,46 @@ def test_published_encoder_selects_the_network_and_its_calibration(toy):
     np.testing.assert_array_equal(trainer.infer().embeddings, got["teacher"].embeddings)
     with pytest.raises(ValueError, match="published_encoder"):
         TrainConfig(published_encoder="ema")
+
+
+@pytest.mark.parametrize("which", ["student", "teacher"])
+def test_refined_prototypes_are_published_with_the_probabilities_of_the_model_forward(toy, which):
+    """With ``prototype_refinement_iters`` the published network's prototypes are moved by spherical k-means over
+    every node's head projection (started from the learned ones) before the probabilities are computed: the
+    embeddings do not change, every prototype wins nodes (a prototype that starts empty is re-seeded), the
+    probabilities are the refined model's own forward (the teacher's without the centers, which belonged to the
+    learned prototypes), and training again starts from the learned prototypes."""
+    cfg = TrainConfig(epochs=1, batch_size=8, engagement_batch_size=8, lr=3e-3, warmup_steps=2, log_every=0,
+                      pad_to=16, seed=7, published_encoder=which)
+    plain = Trainer(MODEL, dataclasses.replace(cfg, prototype_refinement_iters=0), toy.features, toy.broad_views,
+                    toy.narrow_views, toy.engagement)
+    refined = Trainer(MODEL, cfg, toy.features, toy.broad_views, toy.narrow_views, toy.engagement)
+    plain.fit()
+    refined.fit()
+    with torch.no_grad():  # start one prototype of the fine level on top of another: it wins no node at first
+        refined.encoder().hierarchy.prototypes[1][3] = refined.encoder().hierarchy.prototypes[1][0]
+    learned = pickle.dumps(refined.state_dict())
+    before, after = plain.infer(), refined.infer()
+    assert which in refined.refined and not plain.refined
+    np.testing.assert_array_equal(before.embeddings, after.embeddings)
+    assert not np.allclose(before.probs[1], after.probs[1], atol=1e-3)
+    assert set(after.probs[1].argmax(1)) == set(range(MODEL.level_sizes[1]))  # every fine prototype wins nodes
+    model = refined.encoder()
+    views = refined.training_views()[:5]
+    rows = [int(v["anchor_idx"]) for v in views]
+    temperature = MODEL.student_temp if which == "student" else MODEL.teacher_temp
+    assert refined.output_calibration() == (temperature, None)
+    model.train(False)
+    with torch.no_grad():
+        out = model(pack_views(views, pad_to=16, max_dist=MODEL.max_dist), refined.features)
+    for lvl, logits in enumerate(out.logits):
+        np.testing.assert_allclose(after.probs[lvl][rows], torch.softmax(logits / temperature, -1).numpy(),
+                                   atol=1e-5)
+    np.testing.assert_array_equal(refined.infer().probs[1], after.probs[1])  # refined once, then as published
+    refined.load_state_dict(pickle.loads(learned))  # a checkpoint holds the learned prototypes: refined again
+    assert not refined.refined
+    assert torch.equal(model.hierarchy.prototypes[1][3], model.hierarchy.prototypes[1][0])
+    np.testing.assert_array_equal(refined.infer().probs[1], after.probs[1])
 
 
 def test_augment_view_keeps_anchor_and_symmetry(toy):
