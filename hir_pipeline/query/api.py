@@ -12,6 +12,12 @@ never seen, and the four tables always come from the same run.
 
 Functions: :func:`similar`, :func:`cluster`, :func:`recommend` (shortcuts over :class:`Publication`). Unknown
 IDs raise :class:`UnknownIdError`; the command line is :mod:`hir_pipeline.query.cli`.
+
+:func:`recommend` ranks by exact search (every item's dot product with the user, the default) or, with
+``retrieval="hierarchical"``, coarse to fine: the user's clusters at a routing level (``cluster_assignments``, and
+optionally the strongest ``interest_supergraph`` neighbours of the user's own cluster) select the candidates that
+the dot product ranks (:func:`hir_pipeline.retrieval.hierarchical_top_k`, the implementation the evaluation report
+and ``benchmarks/hierarchical_retrieval.py`` measure).
 """
 
 from __future__ import annotations
@@ -25,6 +31,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hir_pipeline.contracts import ENTITY_TYPES, MANIFEST_TABLE, OUTPUT_TABLES, manifest_version_column
+from hir_pipeline.retrieval import (
+    RETRIEVALS,
+    HierarchicalSettings,
+    Retrieval,
+    Retrieved,
+    hierarchical_top_k,
+)
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -66,6 +79,27 @@ class Hit:
     entity_id: str
     entity_type: str
     score: float
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """A user's ranked items and what ranking them cost.
+
+    Attributes:
+        hits: the ranked items, best first.
+        retrieval: ``exact`` or ``hierarchical``.
+        scored: items whose dot product with the user was computed.
+        rankable: items that could be ranked (of the requested types, not excluded as seen).
+        level: routing level (hierarchical), else ``None``.
+        clusters_probed: clusters whose members were candidates (hierarchical), else 0.
+    """
+
+    hits: list[Hit]
+    retrieval: str
+    scored: int
+    rankable: int
+    level: int | None = None
+    clusters_probed: int = 0
 
 
 @dataclass(frozen=True)
@@ -275,8 +309,19 @@ class Publication:
         return _top(ids, types, emb @ emb[row[0]], mask, k)
 
     def recommend(self, user_id: str, k: int = 20, types: Sequence[str] = RECOMMENDABLE_TYPES,
-                  exclude_seen: bool = True) -> list[Hit]:
-        """The ``k`` items with the highest dot product with the user's embedding.
+                  exclude_seen: bool = True, retrieval: Retrieval = "exact",
+                  hierarchy: HierarchicalSettings | None = None, neighbours: int = 0) -> list[Hit]:
+        """The ``k`` items with the highest dot product with the user's embedding (:meth:`retrieve`'s hits).
+
+        Args:
+            user_id, k, types, exclude_seen, retrieval, hierarchy, neighbours: as :meth:`retrieve`.
+        """
+        return self.retrieve(user_id, k, types, exclude_seen, retrieval, hierarchy, neighbours).hits
+
+    def retrieve(self, user_id: str, k: int = 20, types: Sequence[str] = RECOMMENDABLE_TYPES,
+                 exclude_seen: bool = True, retrieval: Retrieval = "exact",
+                 hierarchy: HierarchicalSettings | None = None, neighbours: int = 0) -> Recommendation:
+        """The ``k`` items with the highest dot product with the user's embedding, and how many were scored.
 
         Args:
             user_id: an entity of type ``user``.
@@ -284,7 +329,19 @@ class Publication:
             types: entity types to rank (default ads and products).
             exclude_seen: leave out items the user already has an edge to in ``graph_edges`` (the snapshot of
                 the publication's run date or the latest before it; nothing is excluded without the table).
+            retrieval: ``exact`` scores every item (default); ``hierarchical`` scores the members of the user's
+                clusters at the routing level only (:func:`hir_pipeline.retrieval.hierarchical_top_k`: the
+                user's own cluster, then the clusters whose member centroids are nearest the user, capped
+                candidates kept by their finest-level cluster's centroid, ranked by the dot product).
+            hierarchy: routing level, clusters probed and candidate caps of hierarchical retrieval (default
+                :class:`~hir_pipeline.retrieval.HierarchicalSettings`).
+            neighbours: hierarchical retrieval also probes this many of the strongest ``interest_supergraph``
+                neighbours of the user's own cluster at the routing level (default 0).
         """
+        if retrieval not in RETRIEVALS:
+            raise QueryError(f"unknown retrieval {retrieval!r}; known: {', '.join(RETRIEVALS)}")
+        if neighbours < 0:
+            raise QueryError(f"neighbours must be >= 0, got {neighbours}")
         ids, etypes, emb = self._embeddings()
         row = np.flatnonzero(ids == user_id)
         if not len(row):
@@ -294,7 +351,55 @@ class Publication:
         mask = np.isin(etypes, list(types))
         if exclude_seen:
             mask &= ~np.isin(ids, list(self.seen(user_id)))
-        return _top(ids, etypes, emb @ emb[row[0]], mask, k)
+        rankable = int(mask.sum())
+        if retrieval == "exact":
+            return Recommendation(_top(ids, etypes, emb @ emb[row[0]], mask, k), retrieval, rankable, rankable)
+        settings = hierarchy or HierarchicalSettings()
+        levels = self._cluster_levels(ids)
+        if not levels:
+            raise QueryError(f"no cluster_assignments in {self._where()}: hierarchical retrieval needs them")
+        try:
+            level = settings.routing_level(len(levels))
+        except ValueError as exc:
+            raise QueryError(f"{exc} in {self._where()}") from None
+        own = levels[level][row[0]]
+        extra = [self._neighbours(level, int(own), neighbours)] if own >= 0 and neighbours else None
+        got = hierarchical_top_k(emb[row[:1]], emb, levels, k, settings, allowed=mask, user_clusters=np.array([own]),
+                                 extra_clusters=extra)
+        return Recommendation(self._hits(ids, etypes, got), retrieval, int(got.scored[0]), int(got.rankable[0]),
+                              level, int(got.probed[0]))
+
+    @staticmethod
+    def _hits(ids: np.ndarray, types: np.ndarray, got: Retrieved) -> list[Hit]:
+        return [Hit(str(ids[i]), str(types[i]), float(s)) for i, s in zip(got.items[0], got.scores[0], strict=True)
+                if i >= 0]
+
+    def _cluster_levels(self, ids: np.ndarray) -> list[np.ndarray]:
+        """Per published level (coarsest first), int ``[N]`` cluster of each embedding row (``-1``: none)."""
+        t = self.read("cluster_assignments", ["entity_id", "level", "cluster_id"])
+        if not t.num_rows:
+            return []
+        pos = {e: i for i, e in enumerate(ids.tolist())}
+        rows = np.array([pos.get(e, -1) for e in t.column("entity_id").to_pylist()], dtype=np.int64)
+        level = np.asarray(t.column("level").to_numpy(zero_copy_only=False), dtype=np.int64)
+        cluster = np.asarray(t.column("cluster_id").to_numpy(zero_copy_only=False), dtype=np.int64)
+        out = []
+        for lvl in range(int(level.max()) + 1):
+            col = np.full(len(ids), -1, dtype=np.int64)
+            sel = (level == lvl) & (rows >= 0)
+            col[rows[sel]] = cluster[sel]
+            out.append(col)
+        return out
+
+    def _neighbours(self, level: int, cluster_id: int, n: int) -> list[int]:
+        """The ``n`` strongest super-graph neighbours of a cluster (self-loop excluded; ties by cluster ID)."""
+        import pyarrow.dataset as ds
+
+        sel = (ds.field("level") == level) & (ds.field("src_cluster") == cluster_id) \
+            & (ds.field("dst_cluster") != cluster_id)
+        edges = self.read("interest_supergraph", ["dst_cluster", "weight"], sel).to_pylist()
+        edges.sort(key=lambda e: (-e["weight"], e["dst_cluster"]))
+        return [int(e["dst_cluster"]) for e in edges[:n]]
 
     def seen(self, user_id: str) -> set[str]:
         """Entities ``user_id`` has an edge to in ``graph_edges`` as of the publication (empty without it)."""
@@ -377,6 +482,35 @@ def cluster(level: int, cluster_id: int, *, members: int = 20, lake: str | None 
 
 def recommend(user_id: str, k: int = 20, *, lake: str | None = None, as_of: dt.date | str | None = None,
               version: int | None = None, types: Sequence[str] = RECOMMENDABLE_TYPES,
-              exclude_seen: bool = True) -> list[Hit]:
-    """:meth:`Publication.recommend` on the latest publication (or ``as_of`` / ``version``)."""
-    return Publication(lake, as_of, version).recommend(user_id, k, types, exclude_seen)
+              exclude_seen: bool = True, retrieval: Retrieval = "exact", level: int | None = None,
+              clusters: int | None = None, candidates: int | None = None, candidate_share: float | None = None,
+              neighbours: int = 0) -> list[Hit]:
+    """:meth:`Publication.recommend` on the latest publication (or ``as_of`` / ``version``).
+
+    Args:
+        user_id, k, types, exclude_seen, retrieval, neighbours: as :meth:`Publication.retrieve`.
+        lake, as_of, version: which publication (as :class:`Publication`).
+        level, clusters, candidates, candidate_share: hierarchical retrieval's settings
+            (:class:`~hir_pipeline.retrieval.HierarchicalSettings`; ``None``: its default).
+    """
+    return Publication(lake, as_of, version).recommend(
+        user_id, k, types, exclude_seen, retrieval, hierarchy_settings(level, clusters, candidates, candidate_share),
+        neighbours)
+
+
+def hierarchy_settings(level: int | None = None, clusters: int | None = None, candidates: int | None = None,
+                       candidate_share: float | None = None) -> HierarchicalSettings:
+    """:class:`~hir_pipeline.retrieval.HierarchicalSettings` with the given values (``None``: the default); a bad
+    value is a :class:`QueryError`.
+
+    Args:
+        level: routing level (``None``: the middle level).
+        clusters: clusters probed.
+        candidates: most items scored (0: no cap by count).
+        candidate_share: most items scored as a share of the rankable items (0: no cap by share).
+    """
+    given = {"clusters": clusters, "candidates": candidates, "candidate_share": candidate_share}
+    try:
+        return HierarchicalSettings(level=level, **{k: v for k, v in given.items() if v is not None})
+    except ValueError as exc:
+        raise QueryError(f"hierarchical retrieval: {exc}") from None

@@ -14,7 +14,15 @@ from dataclasses import asdict
 from typing import Any
 
 from hir_pipeline.contracts import ENTITY_TYPES, MANIFEST_TABLE, OUTPUT_TABLES, manifest_version_column
-from hir_pipeline.query.api import RECOMMENDABLE_TYPES, ClusterView, Publication, QueryError
+from hir_pipeline.query.api import (
+    RECOMMENDABLE_TYPES,
+    ClusterView,
+    Publication,
+    QueryError,
+    Recommendation,
+    hierarchy_settings,
+)
+from hir_pipeline.retrieval import RETRIEVALS, HierarchicalSettings
 
 #: ``hir query`` exit code for an unknown ID or a missing publication.
 EXIT_UNKNOWN = 2
@@ -25,6 +33,7 @@ QUERY_EXAMPLES = """examples:
   hir query similar 'movie:50' -k 10          # nearest entities in the shared space (latest publication)
   hir query cluster 0 3 --as-of 1998-04-22    # a cluster's profile and members as of a run date
   hir query recommend 'user:196' --version 4  # a user's items as published at publications Delta version 4
+  hir query recommend 'user:196' --retrieval hierarchical --clusters 4 --candidates 200  # coarse to fine
   hir query similar p1 --lake s3://bucket/lake --storage-option AWS_REGION=eu-west-1 --json"""
 
 
@@ -96,6 +105,24 @@ def add_query_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     rec.add_argument("--type", dest="types", action="append", choices=ENTITY_TYPES,
                      help=f"item type to rank, repeatable (default: {', '.join(RECOMMENDABLE_TYPES)})")
     rec.add_argument("--include-seen", action="store_true", help="keep items the user already interacted with")
+    default = HierarchicalSettings()
+    rec.add_argument("--retrieval", choices=RETRIEVALS, default="exact",
+                     help="exact: score every item (default); hierarchical: score only the members of the user's "
+                          "clusters at the routing level (its own cluster, then the clusters whose centroids are "
+                          "nearest), ranked by the dot product")
+    rec.add_argument("--level", type=int, default=None,
+                     help="hierarchical: routing level, 0 = coarsest (default: the middle level)")
+    rec.add_argument("--clusters", type=int, default=None,
+                     help=f"hierarchical: clusters probed at the routing level (default {default.clusters})")
+    rec.add_argument("--candidates", type=int, default=None,
+                     help=f"hierarchical: most items scored, 0 = no cap by count (default {default.candidates}); "
+                          "over a cap, the members of the finest-level clusters nearest the user are kept")
+    rec.add_argument("--candidate-share", dest="candidate_share", type=float, default=None,
+                     help="hierarchical: most items scored as a share of the rankable items, 0 = no cap by share "
+                          f"(default {default.candidate_share:g}); with --candidates the smaller cap applies")
+    rec.add_argument("--neighbours", type=int, default=0,
+                     help="hierarchical: also probe this many strongest interest_supergraph neighbours of the user's "
+                          "own cluster (default 0)")
     query.set_defaults(func=run_query)
     return query
 
@@ -103,6 +130,7 @@ def add_query_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 def run_query(args: argparse.Namespace, out=None, err=None) -> int:
     """Run a parsed ``hir query`` command: results on ``out``; on an unknown ID a message on ``err``, exit 2."""
     out, err = out or sys.stdout, err or sys.stderr
+    rec: Recommendation | None = None
     try:
         pub = Publication(args.lake, args.as_of, args.version, dict(args.storage_options or []) or None)
         if args.query_command == "versions":
@@ -110,8 +138,10 @@ def run_query(args: argparse.Namespace, out=None, err=None) -> int:
         elif args.query_command == "similar":
             result = pub.similar(args.entity_id, args.type, args.k)
         elif args.query_command == "recommend":
-            result = pub.recommend(args.user_id, args.k, tuple(args.types or RECOMMENDABLE_TYPES),
-                                   not args.include_seen)
+            hierarchy = hierarchy_settings(args.level, args.clusters, args.candidates, args.candidate_share)
+            rec = pub.retrieve(args.user_id, args.k, tuple(args.types or RECOMMENDABLE_TYPES), not args.include_seen,
+                               args.retrieval, hierarchy, args.neighbours)
+            result = rec.hits
         else:
             result = pub.cluster(args.level, args.cluster_id, args.members)
     except QueryError as exc:
@@ -123,10 +153,14 @@ def run_query(args: argparse.Namespace, out=None, err=None) -> int:
     if args.json:
         payload = {"run_date": str(s.run_date), "model_version": s.model_version, "versions": s.versions,
                    "result": asdict(result) if isinstance(result, ClusterView) else [asdict(h) for h in result]}
+        if rec is not None:
+            payload["retrieval"] = _retrieval_facts(rec)
         print(json.dumps(payload, indent=2), file=out)
         return 0
     print(f"# run_date={s.run_date} model_version={s.model_version} "
-          f"{MANIFEST_TABLE}@v{s.versions[MANIFEST_TABLE]} lake={s.lake}", file=out)
+          f"{MANIFEST_TABLE}@v{s.versions[MANIFEST_TABLE]} lake={s.lake}"
+          + ("" if rec is None else " " + " ".join(f"{k}={v}" for k, v in _retrieval_facts(rec).items())),
+          file=out)
     if isinstance(result, ClusterView):
         print(f"level {result.level} cluster {result.cluster_id}: {result.label}", file=out)
         print(f"  parent: {result.parent_cluster_id}  size: {result.size}  children: {result.children}", file=out)
@@ -138,3 +172,11 @@ def run_query(args: argparse.Namespace, out=None, err=None) -> int:
         for rank, hit in enumerate(result, 1):
             print(f"{rank:4d}  {hit.score:8.4f}  {hit.entity_type:<10} {hit.entity_id}", file=out)
     return 0
+
+
+def _retrieval_facts(rec: Recommendation) -> dict[str, Any]:
+    """How a recommendation was retrieved: mode, items scored of the rankable ones, routing level and clusters."""
+    facts: dict[str, Any] = {"retrieval": rec.retrieval, "scored": rec.scored, "rankable": rec.rankable}
+    if rec.retrieval == "hierarchical":
+        facts |= {"level": rec.level, "clusters_probed": rec.clusters_probed}
+    return facts

@@ -13,7 +13,15 @@ import numpy as np
 import pytest
 from deltalake import DeltaTable
 
-from hir_pipeline.query import Publication, QueryError, UnknownIdError, cluster, recommend, similar
+from hir_pipeline.query import (
+    Publication,
+    QueryError,
+    UnknownIdError,
+    cluster,
+    hierarchy_settings,
+    recommend,
+    similar,
+)
 from hir_pipeline.query.cli import EXIT_UNKNOWN, add_query_parser
 from tests.publications import D1, D2, publish, unit, write_edges
 
@@ -213,3 +221,44 @@ def test_storage_options_are_key_value_pairs(lake, capsys):
     args = parser.parse_args(["query", "versions", "--storage-option", "AWS_REGION=eu-west-1",
                               "--storage-option", "AWS_ENDPOINT_URL=http://127.0.0.1:9000?a=b"])
     assert dict(args.storage_options) == {"AWS_REGION": "eu-west-1", "AWS_ENDPOINT_URL": "http://127.0.0.1:9000?a=b"}
+
+
+def test_hierarchical_recommend_scores_the_users_clusters_only(lake):
+    """u1's own cluster (0: u1, p1, p2, a1, c1) holds its nearest items; p1 is seen, p3 and p4 (cluster 1) are far."""
+    pub = Publication(str(lake))
+    exact = pub.retrieve("u1", k=2)
+    assert (exact.retrieval, exact.scored, exact.rankable) == ("exact", 4, 4)  # p2, a1, p3, p4
+    one = hierarchy_settings(clusters=1, candidate_share=0.0)
+    got = pub.retrieve("u1", k=2, retrieval="hierarchical", hierarchy=one)
+    assert [h.entity_id for h in got.hits] == [h.entity_id for h in exact.hits] == ["a1", "p2"]
+    assert got.hits[0].score == pytest.approx(exact.hits[0].score, rel=1e-6)
+    assert (got.scored, got.rankable, got.level, got.clusters_probed) == (2, 4, 0, 1)
+    # k above the cluster's candidates: the next cluster is probed; a super-graph neighbour is probed on top
+    assert pub.retrieve("u1", k=3, retrieval="hierarchical", hierarchy=one).clusters_probed == 2
+    wide = pub.retrieve("u1", k=2, retrieval="hierarchical", hierarchy=one, neighbours=1)
+    assert (wide.scored, wide.clusters_probed) == (4, 2)
+    # a cap of one candidate keeps the first member in probe order (p2), not the exact best (a1)
+    capped = recommend("u1", k=1, lake=str(lake), retrieval="hierarchical", clusters=1, candidates=1)
+    assert [h.entity_id for h in capped] == ["p2"]
+    with pytest.raises(QueryError, match="routing level 2 does not exist"):
+        recommend("u1", lake=str(lake), retrieval="hierarchical", level=2)
+    with pytest.raises(QueryError, match="clusters must be >= 1"):
+        recommend("u1", lake=str(lake), retrieval="hierarchical", clusters=0)
+    with pytest.raises(QueryError, match="unknown retrieval 'ivf'"):
+        recommend("u1", lake=str(lake), retrieval="ivf")
+
+
+def test_cli_recommend_hierarchical_flags(lake):
+    argv = ["query", "recommend", "u1", "-k", "2", "--lake", str(lake), "--retrieval", "hierarchical",
+            "--clusters", "1", "--candidate-share", "0"]
+    code, out, _ = _cli([*argv, "--json"])
+    payload = json.loads(out)
+    assert code == 0 and [h["entity_id"] for h in payload["result"]] == ["a1", "p2"]
+    assert payload["retrieval"] == {"retrieval": "hierarchical", "scored": 2, "rankable": 4, "level": 0,
+                                    "clusters_probed": 1}
+    code, out, _ = _cli([*argv, "--neighbours", "1"])
+    assert code == 0 and "retrieval=hierarchical scored=4 rankable=4 level=0 clusters_probed=2" in out.splitlines()[0]
+    code, out, _ = _cli(["query", "recommend", "u1", "--lake", str(lake)])
+    assert code == 0 and "retrieval=exact scored=4 rankable=4" in out.splitlines()[0]
+    code, out, err = _cli([*argv, "--level", "1"])
+    assert code == EXIT_UNKNOWN and out == "" and "routing level 1 does not exist" in err
