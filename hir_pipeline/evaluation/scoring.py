@@ -9,6 +9,7 @@ methods needs); :func:`evaluate_scorer` averages them over users with targets.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -143,16 +144,39 @@ def evaluate_per_user(scorer: Scorer, data: EvalData, k: int = 20, batch_size: i
         k: cut-off.
         batch_size: users scored per batch (bounds the ``[B, I]`` score matrix).
     """
+    return evaluate_rankings(lambda batch, allowed: top_k(scorer.score(batch), allowed, k), data, k, batch_size)
+
+
+#: ``rank(users, allowed)``: int ``[B, K]`` ranked item indices (``-1`` pads) of user rows ``users`` among the
+#: bool ``[B, I]`` ``allowed`` items (and the split that is ranked is the caller's).
+Ranker = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def evaluate_rankings(rank: Ranker, data: EvalData, k: int = 20, batch_size: int = 1024,
+                      splits: Sequence[str] | None = None) -> dict[str, UserScores]:
+    """Recall@K and NDCG@K of ranked lists for every user with targets, on every split of ``data``.
+
+    Each split ranks only its candidate items, never an item the user engaged with in training: ``rank`` gets
+    those as ``allowed``.
+
+    Args:
+        rank: ranks a batch of users among their allowed items (:data:`Ranker`).
+        data: the evaluation data.
+        k: cut-off.
+        batch_size: users ranked per batch.
+        splits: the splits evaluated (default: every split of ``data``).
+    """
     out: dict[str, UserScores] = {}
     engaged = data.train.astype(bool).tocsr()
-    for split, targets in data.targets.items():
+    for split in (data.splits if splits is None else splits):
+        targets = data.targets[split]
         users = np.flatnonzero(targets.getnnz(axis=1) > 0)
         candidates = data.candidates[split]
         recalls, ndcgs = [np.zeros(0)], [np.zeros(0)]
         for start in range(0, len(users), batch_size):
             batch = users[start:start + batch_size]
             allowed = candidates[None, :] & ~engaged[batch].toarray()
-            ranked = top_k(scorer.score(batch), allowed, k)
+            ranked = rank(batch, allowed)
             rows = targets[batch]
             hits = hits_matrix(ranked, rows)
             n_targets = rows.getnnz(axis=1)
