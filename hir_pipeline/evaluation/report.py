@@ -59,8 +59,8 @@ def _fmt_x(v: float) -> str:
 
 def comparison_table(rows: Sequence[MetricRow], k: int = 20, note: str | None = None,
                      confidence: float = 0.95) -> str:
-    """Markdown table: one line per method, Recall@k / NDCG@k for warm and cold items, users evaluated, and
-    HIR's ratios to the baselines with their intervals.
+    """Markdown table: one line per method, Recall@k / NDCG@k for warm and cold items, users evaluated, HIR's
+    ratios to the baselines with their intervals, and HIR's hierarchical retrieval against exact search.
 
     Args:
         rows: metric rows of every method.
@@ -87,9 +87,23 @@ def comparison_table(rows: Sequence[MetricRow], k: int = 20, note: str | None = 
     if purity:  # label_purity_level_<l> / label_purity_real_words_level_<l> (hir_pipeline.evaluation.label_purity)
         lines.append("label purity vs planted vocabularies: " + ", ".join(
             f"{name.removeprefix('label_purity_').replace('_', ' ')} {v:.3f}" for name, v in purity))
+    hierarchical = _hierarchical_line(val)
+    if hierarchical:
+        lines.append(hierarchical)
     if note:
         lines.append(note)
     return "\n".join(lines)
+
+
+def _hierarchical_line(val: dict) -> str | None:
+    """HIR's hierarchical retrieval against exact search per split: recall ratio and share of items scored."""
+    parts = []
+    for s in _SPLITS:
+        ratio, share = (val.get(("hir", s, f"hierarchical_{m}")) for m in ("recall_ratio", "scored_share"))
+        if share is not None:
+            parts.append(f"{s} recall {_fmt_x(ratio) if ratio is not None else '-'} of exact search, "
+                         f"{share:.1%} of the items scored")
+    return "hierarchical retrieval: " + "; ".join(parts) if parts else None
 
 
 def comparison_plot(rows: Sequence[MetricRow], k: int = 20) -> bytes:

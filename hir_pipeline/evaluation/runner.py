@@ -12,6 +12,13 @@ Comparison rows (HIR only, per split) come from per-user Recall@K: ``recall_at_<
 the reference's, ``recall_at_<k>_diff_vs_<ref>`` their difference, each with ``_ci_low`` / ``_ci_high`` ends of a
 paired bootstrap interval over users (:mod:`~hir_pipeline.evaluation.bootstrap`); ``<ref>`` is
 ``best_baseline`` (the baseline with the highest mean Recall@K on that split) and, on cold items, ``content``.
+
+Hierarchical retrieval rows (HIR only, per split ``warm`` / ``cold``; :func:`hierarchical_rows`): the production
+model's items retrieved coarse to fine through its own clusters (:func:`hir_pipeline.retrieval.hierarchical_top_k`,
+``EvaluationSettings.hierarchical``) against exact search: ``hierarchical_recall_at_<k>``,
+``hierarchical_recall_ratio`` (its mean Recall@K over exact search's), ``hierarchical_scored_share`` (mean share of
+the rankable items scored per user) and ``hierarchical_clusters_probed`` (mean clusters probed per user). A model
+whose hierarchy does not route users to their items shows a low ratio.
 """
 
 from __future__ import annotations
@@ -36,8 +43,9 @@ from hir_pipeline.evaluation.baselines import (
 from hir_pipeline.evaluation.bootstrap import PairedInterval, paired_bootstrap
 from hir_pipeline.evaluation.data import COLD, WARM, EvalData
 from hir_pipeline.evaluation.metrics import cluster_usage, mean_top_probability, nmi, parent_agreement
-from hir_pipeline.evaluation.scoring import Scorer, UserScores, evaluate_per_user, summarize
+from hir_pipeline.evaluation.scoring import Scorer, UserScores, evaluate_per_user, evaluate_rankings, summarize
 from hir_pipeline.model.tree import majority_parents
+from hir_pipeline.retrieval import HierarchicalSettings, build_index, exact_top_k, hierarchical_top_k
 from hir_pipeline.timing import Stages
 
 log = logging.getLogger(__name__)
@@ -70,6 +78,8 @@ class EvaluationSettings:
             training config; HIR's rows are their per-user mean (each extra seed costs one more training).
         bootstrap_samples: resamples of the users for the paired intervals of HIR vs the baselines.
         confidence: nominal coverage of those intervals.
+        hierarchical: settings of the hierarchical retrieval scored against exact search (the
+            ``hierarchical_*`` rows of HIR's production model).
     """
 
     k: int = 20
@@ -80,6 +90,7 @@ class EvaluationSettings:
     hir_seeds: int = 1
     bootstrap_samples: int = 2000
     confidence: float = 0.95
+    hierarchical: HierarchicalSettings = field(default_factory=HierarchicalSettings)
 
     def __post_init__(self) -> None:
         unknown = [b for b in self.baselines if b not in KNOWN_BASELINES]
@@ -374,4 +385,78 @@ def clustering_rows(
             mask = mask & known
             if mask.sum() >= 2:
                 rows.append((method, group, f"nmi_level_{lvl}", nmi(labels[mask].astype(np.int64), pred[mask])))
+    return rows
+
+
+def align_clusters(entity_ids: Sequence[str], assignments: Sequence[np.ndarray],
+                   ids: Sequence[str]) -> list[np.ndarray]:
+    """Per level, int cluster of each of ``ids`` (``-1`` for an id without a node).
+
+    Args:
+        entity_ids: id of each node, in ``assignments``' order.
+        assignments: per level, int ``[N]`` hard cluster of each node.
+        ids: the ids to look up (e.g. ``data.item_ids``).
+    """
+    pos = {e: i for i, e in enumerate(entity_ids)}
+    rows = np.array([pos.get(e, -1) for e in ids], dtype=np.int64)
+    return [np.where(rows >= 0, np.asarray(a, dtype=np.int64)[np.maximum(rows, 0)], -1) for a in assignments]
+
+
+def hierarchical_rows(
+    data: EvalData,
+    users: np.ndarray,
+    items: np.ndarray,
+    item_clusters: Sequence[np.ndarray],
+    k: int,
+    settings: HierarchicalSettings | None = None,
+    user_clusters: Sequence[np.ndarray] | None = None,
+    method: str = "hir",
+) -> list[MetricRow]:
+    """Hierarchical retrieval against exact search on every split of ``data`` (the module docstring names the rows).
+
+    Both rank the split's candidates the user did not engage with in training, by dot product
+    (:mod:`hir_pipeline.retrieval`); the ratio is left out where exact search's mean recall is 0.
+
+    Args:
+        data: the evaluation data.
+        users: float ``[U, d]`` user vectors, row ``u`` = ``data.user_ids[u]``.
+        items: float ``[I, d]`` item vectors, row ``i`` = ``data.item_ids[i]``.
+        item_clusters: per level (coarsest first), int ``[I]`` cluster of each item (``-1``: none;
+            :func:`align_clusters`).
+        k: cut-off.
+        settings: routing level, clusters probed and candidate caps (default ``HierarchicalSettings()``).
+        user_clusters: per level, int ``[U]`` each user's own cluster (probed first), or ``None``.
+        method: method name of the rows.
+    """
+    settings = settings or HierarchicalSettings()
+    level = settings.routing_level(len(item_clusters))
+    index = build_index(items, item_clusters, level)
+    own = None if user_clusters is None else np.asarray(user_clusters[level])
+    shares: list[np.ndarray] = []
+    probed: list[np.ndarray] = []
+
+    def hierarchical(batch: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+        got = hierarchical_top_k(users[batch], items, item_clusters, k, settings, allowed=allowed, index=index,
+                                 user_clusters=None if own is None else own[batch])
+        shares.append(got.scored_share)
+        probed.append(got.probed)
+        return got.items
+
+    def exact(batch: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+        return exact_top_k(users[batch], items, k, allowed).items
+
+    rows: list[MetricRow] = []
+    recall = f"recall_at_{k}"
+    for split in data.splits:
+        shares.clear()
+        probed.clear()
+        hier = summarize(evaluate_rankings(hierarchical, data, k, splits=[split]), k)[split][recall]
+        full = summarize(evaluate_rankings(exact, data, k, splits=[split]), k)[split][recall]
+        if not shares or not math.isfinite(hier):
+            continue
+        rows += [(method, split, f"hierarchical_{recall}", hier),
+                 (method, split, "hierarchical_scored_share", float(np.concatenate(shares).mean())),
+                 (method, split, "hierarchical_clusters_probed", float(np.concatenate(probed).mean()))]
+        if full > 0:
+            rows.append((method, split, "hierarchical_recall_ratio", hier / full))
     return rows

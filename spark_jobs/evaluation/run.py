@@ -35,10 +35,12 @@ from hir_pipeline.evaluation.runner import (
     EvaluationSettings,
     MetricRow,
     PerUser,
+    align_clusters,
     align_levels,
     average_over_seeds,
     clustering_rows,
     comparison_rows,
+    hierarchical_rows,
     make_baselines,
     metric_rows,
     paired_comparisons,
@@ -266,8 +268,9 @@ def evaluate_run(
     HIR is trained ``config.evaluation.hir_seeds`` times (training seeds ``config.train.seed``, ``+ 1``, ...; the
     first is the production model, whose clusters are scored) and its rows are each user's metrics averaged over
     the seeds; ``hir_mean_user`` scores HIR's items against the mean user vector (a global prior, no
-    personalisation); HIR's comparison rows carry paired bootstrap intervals over users
-    (:func:`hir_pipeline.evaluation.runner.comparison_rows`).
+    personalisation); the production model's ``hierarchical_*`` rows measure coarse-to-fine retrieval through its
+    own clusters against exact search (:func:`hir_pipeline.evaluation.runner.hierarchical_rows`); HIR's comparison
+    rows carry paired bootstrap intervals over users (:func:`hir_pipeline.evaluation.runner.comparison_rows`).
 
     Args:
         bronze: the bronze ``entities``, ``relations`` and ``events`` (:func:`read_evaluation_inputs`).
@@ -294,7 +297,7 @@ def evaluate_run(
     entity_ids = [str(e) for e in inputs.entity_ids]
     seeds = [train_config.seed + i for i in range(settings.hir_seeds)]
     runs: list[PerUser] = []
-    fit = None
+    fit = first = None
     for i, seed in enumerate(seeds):
         # the first seed is the production one and keeps the checkpoint folder a re-run resumes from
         ckpt = Path(checkpoint_dir) if i == 0 else Path(checkpoint_dir) / f"seed_{seed}"
@@ -303,11 +306,12 @@ def evaluate_run(
                          lambda cfg=cfg, ckpt=ckpt: fit_and_embed(inputs, model_config, cfg, ckpt))
         fit = fit or got
         hir = EmbeddingScorer.from_lookup(data, entity_ids, got.inference.embeddings, "hir")
+        first = first or hir
         scored = ranking_results([hir, hir.mean_user()], data, settings.k, progress=say)
         seconds.update({f"method_{m}" + (f"_seed_{seed}" if i else ""): round(v, 2)
                         for m, v in scored.seconds.items()})
         runs.append(scored.per_user)
-    assert fit is not None
+    assert fit is not None and first is not None
     per_user: PerUser = {m: average_over_seeds([r[m] for r in runs]) for m in runs[0]}
     rows: list[MetricRow] = [row for m, got in per_user.items() for row in metric_rows(m, got, settings.k)]
     recall = f"recall_at_{settings.k}"
@@ -328,6 +332,10 @@ def evaluate_run(
     clusters = ClusterLevels(assignments, fit.model_cfg.level_sizes, probs=fit.inference.probs,
                              parent_maps=fit.inference.parent_maps)
     rows += clustering_rows(entity_ids, [str(t) for t in inputs.entity_types], clusters, truth)
+    # the production model's items retrieved coarse to fine through its own clusters, against exact search
+    rows += stages.run("hierarchical_retrieval", lambda: hierarchical_rows(
+        data, first.users, first.items, align_clusters(entity_ids, assignments, data.item_ids), settings.k,
+        settings.hierarchical, align_clusters(entity_ids, assignments, data.user_ids)))
     if truth and vocabularies:
         rows += label_purity_level_rows(bronze["entities"], entity_ids, clusters, truth, vocabularies)
     details: dict[str, Any] = {"target_stage": split.target_stage, "split_note": split.note,

@@ -126,6 +126,10 @@ def test_writes_every_method_and_split_to_delta_and_mlflow(spark, eval_lake, fir
     for lvl in range(3):
         assert 0.0 <= got[("hir", "all", f"nmi_level_{lvl}")] <= 1.0
         assert 1 <= got[("hir", "all", f"clusters_used_level_{lvl}")] <= MODEL["level_sizes"][lvl]
+    # hierarchical retrieval through the model's own clusters against exact search (HierarchicalSettings defaults)
+    for split in ("warm", "cold"):
+        assert got[("hir", split, "hierarchical_recall_ratio")] >= 0.0
+        assert 0.0 < got[("hir", split, "hierarchical_scored_share")] <= 1.0
     # ... and the finest level's labels scored on the planted interests' vocabularies
     assert 0.0 <= got[("hir", "item", "label_purity_level_2")] <= 1.0
     logged = eval_lake["client"].get_run(run_id).data.metrics

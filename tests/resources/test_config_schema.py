@@ -24,6 +24,7 @@ from hir_pipeline.evaluation.baselines import ALSConfig, LightGCNConfig
 from hir_pipeline.evaluation.runner import EvaluationSettings
 from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.publish.stable_ids import MatchConfig
+from hir_pipeline.retrieval import HierarchicalSettings
 from hir_pipeline.training.output_checks import OutputCheckConfig
 from resources import GraphSettingsResource, ModelSettingsResource, SourceResource
 from resources.config_schema import LIBRARY_DEFAULT_NOTE, DerivedConfig, arg_descriptions, config_class
@@ -44,6 +45,7 @@ DERIVED = [
     (EvaluationConfig, (), EvaluationSettings, set()),
     (EvaluationConfig, ("als",), ALSConfig, {"k", "seed"}),
     (EvaluationConfig, ("lightgcn",), LightGCNConfig, {"seed"}),
+    (EvaluationConfig, ("hierarchical",), HierarchicalSettings, set()),
     (EvaluationConfig, ("split",), SplitConfig, {"funnel"}),
     (ContentEmbeddingConfig, (), EmbeddingConfig, set()),
     (ContentEmbeddingConfig, ("fusion",), FusionConfig, set()),

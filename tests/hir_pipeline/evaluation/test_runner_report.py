@@ -12,11 +12,13 @@ from hir_pipeline.evaluation.runner import (
     BASELINES,
     ClusterLevels,
     EvaluationSettings,
+    align_clusters,
     align_levels,
     average_over_seeds,
     best_baseline,
     clustering_rows,
     comparison_rows,
+    hierarchical_rows,
     make_baselines,
     paired_comparisons,
     ranking_results,
@@ -24,6 +26,7 @@ from hir_pipeline.evaluation.runner import (
     target_ratios,
 )
 from hir_pipeline.evaluation.scoring import EmbeddingScorer, UserScores, evaluate_per_user
+from hir_pipeline.retrieval import HierarchicalSettings
 
 
 def test_ranking_rows_cover_every_method_and_split(planted):
@@ -196,3 +199,44 @@ def test_clustering_rows_items_sharpness_and_tree_agreement():
     clusters = ClusterLevels([coarse, fine], [2, 3], parent_maps=published)
     rows = {(s, m): v for _, s, m, v in clustering_rows(ids, types, clusters)}
     assert rows[("all", "parent_agreement_level_1")] == pytest.approx(2 / 5)
+
+
+def test_hierarchical_rows_against_exact_search(planted):
+    """Clusters that are the planted communities route every user to its items: the same lists as exact search
+    from about a quarter of the items; clusters that ignore the communities lose most of the recall."""
+    data, _, comm = planted
+    ids = list(comm)
+    noise = 0.01 * np.random.default_rng(1).standard_normal((len(ids), 4))  # no exact ties
+    hir = EmbeddingScorer.from_lookup(data, ids, np.eye(4)[[comm[e] for e in ids]] + noise)
+    items = np.array([comm[i] for i in data.item_ids])
+    users = np.array([comm[u] for u in data.user_ids])
+    one = HierarchicalSettings(level=0, clusters=1, candidate_share=0.0)
+    rows = hierarchical_rows(data, hir.users, hir.items, [items], 5, one, [users])
+    got = {(s, name): v for _, s, name, v in rows}
+    exact = evaluate_per_user(hir, data, 5)
+    for split in ("warm", "cold"):
+        assert got[(split, "hierarchical_recall_ratio")] == pytest.approx(1.0)
+        assert got[(split, "hierarchical_recall_at_5")] == pytest.approx(exact[split].recall.mean())
+    # warm: one community of four, less the seen items; cold: 3 items a community, so a second cluster fills k = 5
+    assert 0.1 <= got[("warm", "hierarchical_scored_share")] <= 0.3
+    assert got[("warm", "hierarchical_clusters_probed")] == 1
+    assert got[("cold", "hierarchical_scored_share")] == 0.5 and got[("cold", "hierarchical_clusters_probed")] == 2
+    assert {m for m, _, _, _ in rows} == {"hir"}
+    scrambled = np.random.default_rng(0).integers(0, 4, len(items))
+    bad = {(s, name): v for _, s, name, v in hierarchical_rows(data, hir.users, hir.items, [scrambled], 5, one)}
+    assert bad[("warm", "hierarchical_recall_ratio")] < 0.8
+    # every cluster probed, no cap: exact search
+    full = HierarchicalSettings(level=0, clusters=4, candidate_share=0.0)
+    every = {(s, name): v for _, s, name, v in hierarchical_rows(data, hir.users, hir.items, [scrambled], 5, full)}
+    assert every[("warm", "hierarchical_recall_ratio")] == pytest.approx(1.0)
+    assert every[("warm", "hierarchical_scored_share")] == pytest.approx(1.0)
+    assert align_clusters(["a", "b"], [np.array([3, 5])], ["b", "x", "a"])[0].tolist() == [5, -1, 3]
+
+
+def test_table_reports_hierarchical_retrieval():
+    rows = [("hir", "warm", "recall_at_20", 0.3), ("hir", "warm", "hierarchical_recall_ratio", 0.962),
+            ("hir", "warm", "hierarchical_scored_share", 0.184), ("hir", "cold", "hierarchical_scored_share", 0.5)]
+    assert comparison_table(rows).splitlines()[-1] == ("hierarchical retrieval: warm recall 0.96x of exact search, "
+                                                       "18.4% of the items scored; cold recall - of exact search, "
+                                                       "50.0% of the items scored")
+    assert "hierarchical" not in comparison_table(rows[:1])

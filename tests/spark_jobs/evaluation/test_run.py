@@ -142,6 +142,10 @@ def test_several_seeds_mean_user_random_and_intervals(source, tmp_path):
         lo, mid, hi = (got[("hir", split_name, f"recall_at_20_diff_vs_best_baseline{e}")]
                        for e in ("_ci_low", "", "_ci_high"))
         assert lo <= mid <= hi
+        # the production model's coarse-to-fine retrieval through its own clusters, against exact search
+        assert 0.0 <= got[("hir", split_name, "hierarchical_recall_ratio")] <= 1.5
+        assert 0.0 < got[("hir", split_name, "hierarchical_scored_share")] <= 1.0
+        assert got[("hir", split_name, "hierarchical_clusters_probed")] >= 1.0
     [warm] = [c for c in out.details["comparisons"] if c["split"] == WARM]
     assert warm["baseline"] in ("popularity", "random") and warm["users"] == got[("hir", WARM, "users")]
     json.dumps(out.details, allow_nan=False)  # asset metadata and MLflow take it as JSON
