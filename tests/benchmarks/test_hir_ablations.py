@@ -12,10 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from hir_pipeline.contracts import ENTITY_TYPES
-from hir_pipeline.evaluation.data import COLD, VALIDATION, WARM, EvalData, validation_split
-from hir_pipeline.training.inputs import ModelInputs
-from hir_pipeline.training.toy import ToyGraphSettings, make_toy_graph
+from hir_pipeline.evaluation.data import COLD, WARM
+from tests.toy_inputs import write_toy_prepared_splits
 
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "hir_ablations.py"
 _SPEC = importlib.util.spec_from_file_location("hir_ablations", _PATH)
@@ -44,40 +42,7 @@ def test_grid_parsing():
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
-    """A toy 'prepared splits' pickle: HIR inputs of a planted graph, evaluation data with warm and cold targets
-    (the last product of each community is cold), and its inner validation split."""
-    toy = make_toy_graph(ToyGraphSettings(num_communities=2, users_per=8, items_per=5, content_dim=8, broad_cap=12,
-                                          narrow_cap=6, id_buckets=64, seed=0))
-    f = toy.features
-    inputs = ModelInputs(
-        entity_ids=np.asarray(toy.entity_ids, dtype=object),
-        entity_types=np.asarray([ENTITY_TYPES[t] for t in f.node_type.tolist()], dtype=object),
-        node_type=f.node_type.numpy(), degree_bucket=f.degree_bucket.numpy(), has_history=f.has_history.numpy(),
-        content=f.content.numpy(), has_content=f.has_content.numpy(), broad_views=toy.broad_views,
-        narrow_views=toy.narrow_views, engagement=toy.engagement, max_edge_type=10)
-    ids = np.asarray(toy.entity_ids)
-    products = [i for i, t in enumerate(f.node_type.tolist()) if ENTITY_TYPES[t] == "product"]
-    cold = [i for i in products if i + 1 >= len(ids) or ENTITY_TYPES[int(f.node_type[i + 1])] != "product"]
-    u, i, w = toy.engagement
-    trained = ~np.isin(i, cold)
-    rng = np.random.default_rng(0)
-    users = sorted(set(u.tolist()))
-    own = {c: [p for p in products if toy.community[p] == c and p not in cold] for c in set(toy.community.tolist())}
-    warm_t = [(x, int(rng.choice(own[toy.community[x]]))) for x in users]
-    cold_t = [(x, next(p for p in cold if toy.community[p] == toy.community[x])) for x in users]
-    data = EvalData.from_pairs(
-        (ids[u[trained]].tolist(), ids[i[trained]].tolist(), w[trained].tolist()),
-        {WARM: ([ids[a] for a, _ in warm_t], [ids[b] for _, b in warm_t]),
-         COLD: ([ids[a] for a, _ in cold_t], [ids[b] for _, b in cold_t])},
-        ids[products].tolist(), ids[cold].tolist())
-    pos = {e: k for k, e in enumerate(toy.entity_ids)}
-    content = f.content.numpy()[[pos[e] for e in data.item_ids]]
-    inner = validation_split(data, 0.25, 0, 0.2).renamed({VALIDATION: WARM})
-    path = tmp_path_factory.mktemp("bench") / "split.pkl"
-    path.write_bytes(pickle.dumps({
-        "data": data, "inputs": inputs, "item_content": content, "note": "toy",
-        "validation": {"data": inner, "inputs": inputs, "fraction": 0.25, "seed": 0, "cold_fraction": 0.2}}))
-    return path
+    return write_toy_prepared_splits(tmp_path_factory.mktemp("bench") / "split.pkl")
 
 
 def test_study_over_seeds_and_grid_with_cached_baselines(prepared, tmp_path, capsys):
