@@ -93,8 +93,8 @@ def measure(data, users, items, item_clusters, user_clusters, k: int, settings=N
             if settings is None:
                 got = exact_top_k(users[[u]], items, k, allowed[j])
             else:
-                got = hierarchical_top_k(users[[u]], items, item_clusters, k, settings, allowed=allowed[j],
-                                         user_clusters=own[[u]], index=index)
+                got = hierarchical_top_k(users[[u]], items, index, k, settings, allowed=allowed[j],
+                                         user_clusters=own[[u]])
             facts["seconds"].append(time.perf_counter() - t0)
             facts["share"].append(float(got.scored_share[0]))
             facts["probed"].append(int(got.probed[0]))

@@ -47,12 +47,16 @@ class HierarchicalSettings:
         candidates: most items scored per query (0: no cap by count).
         candidate_share: most items scored per query as a share of the rankable items (0: no cap by share);
             with ``candidates`` as well, the smaller cap applies; a cap is never below ``k``.
+        neighbours: strongest ``interest_supergraph`` neighbours of the user's own cluster probed on top of
+            ``clusters`` (the query API reads them from the publication; the evaluation, which has no super-graph,
+            probes none).
     """
 
     level: int | None = None
     clusters: int = 8
     candidates: int = 0
     candidate_share: float = 0.2
+    neighbours: int = 0
 
     def __post_init__(self) -> None:
         if self.level is not None and self.level < 0:
@@ -63,6 +67,8 @@ class HierarchicalSettings:
             raise ValueError(f"candidates must be >= 0, got {self.candidates}")
         if not 0.0 <= self.candidate_share <= 1.0:
             raise ValueError(f"candidate_share must be in [0, 1], got {self.candidate_share}")
+        if self.neighbours < 0:
+            raise ValueError(f"neighbours must be >= 0, got {self.neighbours}")
 
     def routing_level(self, levels: int) -> int:
         """The routing level of a hierarchy of ``levels`` levels (an explicit level must exist)."""
@@ -112,6 +118,8 @@ class ClusterIndex:
     """Items grouped by their cluster at the routing level, with the centroids retrieval routes by.
 
     Args:
+        level: the routing level.
+        levels: levels of the hierarchy it was built from.
         route: int ``[I]`` dense routing cluster of each item (``-1``: none, never a candidate).
         route_ids: int ``[C]`` the original cluster ID of each dense routing cluster.
         centroids: float32 ``[C, d]`` mean member embedding of each routing cluster.
@@ -121,6 +129,8 @@ class ClusterIndex:
         fine_centroids: float32 ``[F, d]`` mean member embedding of each fine cluster.
     """
 
+    level: int
+    levels: int
     route: np.ndarray
     route_ids: np.ndarray
     centroids: np.ndarray
@@ -175,7 +185,7 @@ def build_index(items: np.ndarray, item_clusters: Sequence[np.ndarray], level: i
     rows = np.flatnonzero(route >= 0)
     order = rows[np.argsort(route[rows], kind="stable")]
     starts = np.searchsorted(route[order], np.arange(len(route_ids) + 1))
-    return ClusterIndex(route, route_ids, centroids, order, starts, fine, fine_centroids)
+    return ClusterIndex(level, len(item_clusters), route, route_ids, centroids, order, starts, fine, fine_centroids)
 
 
 def _allowed_row(allowed: np.ndarray | None, b: int, n_items: int) -> np.ndarray:
@@ -224,14 +234,13 @@ def exact_top_k(users: np.ndarray, items: np.ndarray, k: int, allowed: np.ndarra
 def hierarchical_top_k(
     users: np.ndarray,
     items: np.ndarray,
-    item_clusters: Sequence[np.ndarray],
+    item_clusters: Sequence[np.ndarray] | ClusterIndex,
     k: int,
     settings: HierarchicalSettings | None = None,
     *,
     allowed: np.ndarray | None = None,
     user_clusters: np.ndarray | None = None,
     extra_clusters: Sequence[Sequence[int]] | None = None,
-    index: ClusterIndex | None = None,
 ) -> Retrieved:
     """Coarse-to-fine top-k lists (the module docstring gives the steps).
 
@@ -239,7 +248,8 @@ def hierarchical_top_k(
         users: float ``[B, d]`` user vectors.
         items: float ``[I, d]`` item vectors (the same space; scored by dot product).
         item_clusters: per level (coarsest first), int ``[I]`` cluster ID of each item (``-1``: none; such an item
-            is never a candidate).
+            is never a candidate); or a :func:`build_index` of ``items`` at the settings' routing level, built once
+            and reused across calls.
         k: list length.
         settings: routing level, clusters probed and candidate caps (default :class:`HierarchicalSettings`).
         allowed: bool ``[I]`` or ``[B, I]`` items that may be ranked (``None``: all); a disallowed item is neither a
@@ -247,14 +257,17 @@ def hierarchical_top_k(
         user_clusters: int ``[B]`` each user's own cluster ID at the routing level (``-1``: none), probed first;
             ``None``: routing by centroids alone.
         extra_clusters: per user, cluster IDs at the routing level probed on top of ``clusters`` (e.g. the
-            strongest super-graph neighbours of the user's cluster); unknown IDs are ignored.
-        index: a prebuilt :func:`build_index` of ``items`` at the routing level (reused across calls; ``None``:
-            built here).
+            ``settings.neighbours`` strongest super-graph neighbours of the user's cluster); unknown IDs are ignored.
     """
     settings = settings or HierarchicalSettings()
     users, items = np.asarray(users, dtype=np.float32), np.asarray(items, dtype=np.float32)
-    level = settings.routing_level(len(item_clusters))
-    index = index or build_index(items, item_clusters, level)
+    if isinstance(item_clusters, ClusterIndex):
+        index = item_clusters
+        if settings.routing_level(index.levels) != index.level:
+            raise ValueError(f"the index routes at level {index.level}, the settings at level "
+                             f"{settings.routing_level(index.levels)}")
+    else:
+        index = build_index(items, item_clusters, settings.routing_level(len(item_clusters)))
     n_clusters = len(index.route_ids)
     own = index.dense(np.asarray(user_clusters)) if user_clusters is not None else np.full(len(users), -1)
     route_scores = users @ index.centroids.T if n_clusters else np.zeros((len(users), 0), np.float32)

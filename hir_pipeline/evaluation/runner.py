@@ -424,7 +424,8 @@ def hierarchical_rows(
         item_clusters: per level (coarsest first), int ``[I]`` cluster of each item (``-1``: none;
             :func:`align_clusters`).
         k: cut-off.
-        settings: routing level, clusters probed and candidate caps (default ``HierarchicalSettings()``).
+        settings: routing level, clusters probed and candidate caps (default ``HierarchicalSettings()``; no
+            super-graph here, so ``neighbours`` is not used).
         user_clusters: per level, int ``[U]`` each user's own cluster (probed first), or ``None``.
         method: method name of the rows.
     """
@@ -436,7 +437,7 @@ def hierarchical_rows(
     probed: list[np.ndarray] = []
 
     def hierarchical(batch: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-        got = hierarchical_top_k(users[batch], items, item_clusters, k, settings, allowed=allowed, index=index,
+        got = hierarchical_top_k(users[batch], items, index, k, settings, allowed=allowed,
                                  user_clusters=None if own is None else own[batch])
         shares.append(got.scored_share)
         probed.append(got.probed)

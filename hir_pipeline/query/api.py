@@ -309,18 +309,16 @@ class Publication:
         return _top(ids, types, emb @ emb[row[0]], mask, k)
 
     def recommend(self, user_id: str, k: int = 20, types: Sequence[str] = RECOMMENDABLE_TYPES,
-                  exclude_seen: bool = True, retrieval: Retrieval = "exact",
-                  hierarchy: HierarchicalSettings | None = None, neighbours: int = 0) -> list[Hit]:
+                  exclude_seen: bool = True, retrieval: Retrieval | HierarchicalSettings = "exact") -> list[Hit]:
         """The ``k`` items with the highest dot product with the user's embedding (:meth:`retrieve`'s hits).
 
         Args:
-            user_id, k, types, exclude_seen, retrieval, hierarchy, neighbours: as :meth:`retrieve`.
+            user_id, k, types, exclude_seen, retrieval: as :meth:`retrieve`.
         """
-        return self.retrieve(user_id, k, types, exclude_seen, retrieval, hierarchy, neighbours).hits
+        return self.retrieve(user_id, k, types, exclude_seen, retrieval).hits
 
     def retrieve(self, user_id: str, k: int = 20, types: Sequence[str] = RECOMMENDABLE_TYPES,
-                 exclude_seen: bool = True, retrieval: Retrieval = "exact",
-                 hierarchy: HierarchicalSettings | None = None, neighbours: int = 0) -> Recommendation:
+                 exclude_seen: bool = True, retrieval: Retrieval | HierarchicalSettings = "exact") -> Recommendation:
         """The ``k`` items with the highest dot product with the user's embedding, and how many were scored.
 
         Args:
@@ -331,17 +329,15 @@ class Publication:
                 the publication's run date or the latest before it; nothing is excluded without the table).
             retrieval: ``exact`` scores every item (default); ``hierarchical`` scores the members of the user's
                 clusters at the routing level only (:func:`hir_pipeline.retrieval.hierarchical_top_k`: the
-                user's own cluster, then the clusters whose member centroids are nearest the user, capped
-                candidates kept by their finest-level cluster's centroid, ranked by the dot product).
-            hierarchy: routing level, clusters probed and candidate caps of hierarchical retrieval (default
-                :class:`~hir_pipeline.retrieval.HierarchicalSettings`).
-            neighbours: hierarchical retrieval also probes this many of the strongest ``interest_supergraph``
-                neighbours of the user's own cluster at the routing level (default 0).
+                user's own cluster, then the clusters whose member centroids are nearest the user, and
+                ``neighbours`` of its own cluster's strongest ``interest_supergraph`` neighbours; capped candidates
+                kept by their finest-level cluster's centroid; ranked by the dot product) with the default
+                :class:`~hir_pipeline.retrieval.HierarchicalSettings`; a ``HierarchicalSettings`` is hierarchical
+                retrieval with those settings (:func:`hierarchy_settings` builds one).
         """
-        if retrieval not in RETRIEVALS:
+        settings = retrieval if isinstance(retrieval, HierarchicalSettings) else None
+        if settings is None and retrieval not in RETRIEVALS:
             raise QueryError(f"unknown retrieval {retrieval!r}; known: {', '.join(RETRIEVALS)}")
-        if neighbours < 0:
-            raise QueryError(f"neighbours must be >= 0, got {neighbours}")
         ids, etypes, emb = self._embeddings()
         row = np.flatnonzero(ids == user_id)
         if not len(row):
@@ -353,8 +349,8 @@ class Publication:
             mask &= ~np.isin(ids, list(self.seen(user_id)))
         rankable = int(mask.sum())
         if retrieval == "exact":
-            return Recommendation(_top(ids, etypes, emb @ emb[row[0]], mask, k), retrieval, rankable, rankable)
-        settings = hierarchy or HierarchicalSettings()
+            return Recommendation(_top(ids, etypes, emb @ emb[row[0]], mask, k), "exact", rankable, rankable)
+        settings = settings or HierarchicalSettings()
         levels = self._cluster_levels(ids)
         if not levels:
             raise QueryError(f"no cluster_assignments in {self._where()}: hierarchical retrieval needs them")
@@ -363,11 +359,11 @@ class Publication:
         except ValueError as exc:
             raise QueryError(f"{exc} in {self._where()}") from None
         own = levels[level][row[0]]
-        extra = [self._neighbours(level, int(own), neighbours)] if own >= 0 and neighbours else None
+        extra = [self._neighbours(level, int(own), settings.neighbours)] if own >= 0 and settings.neighbours else None
         got = hierarchical_top_k(emb[row[:1]], emb, levels, k, settings, allowed=mask, user_clusters=np.array([own]),
                                  extra_clusters=extra)
-        return Recommendation(self._hits(ids, etypes, got), retrieval, int(got.scored[0]), int(got.rankable[0]),
-                              level, int(got.probed[0]))
+        return Recommendation(self._hits(ids, etypes, got), "hierarchical", int(got.scored[0]),
+                              int(got.rankable[0]), level, int(got.probed[0]))
 
     @staticmethod
     def _hits(ids: np.ndarray, types: np.ndarray, got: Retrieved) -> list[Hit]:
@@ -482,24 +478,15 @@ def cluster(level: int, cluster_id: int, *, members: int = 20, lake: str | None 
 
 def recommend(user_id: str, k: int = 20, *, lake: str | None = None, as_of: dt.date | str | None = None,
               version: int | None = None, types: Sequence[str] = RECOMMENDABLE_TYPES,
-              exclude_seen: bool = True, retrieval: Retrieval = "exact", level: int | None = None,
-              clusters: int | None = None, candidates: int | None = None, candidate_share: float | None = None,
-              neighbours: int = 0) -> list[Hit]:
-    """:meth:`Publication.recommend` on the latest publication (or ``as_of`` / ``version``).
-
-    Args:
-        user_id, k, types, exclude_seen, retrieval, neighbours: as :meth:`Publication.retrieve`.
-        lake, as_of, version: which publication (as :class:`Publication`).
-        level, clusters, candidates, candidate_share: hierarchical retrieval's settings
-            (:class:`~hir_pipeline.retrieval.HierarchicalSettings`; ``None``: its default).
-    """
-    return Publication(lake, as_of, version).recommend(
-        user_id, k, types, exclude_seen, retrieval, hierarchy_settings(level, clusters, candidates, candidate_share),
-        neighbours)
+              exclude_seen: bool = True, retrieval: Retrieval | HierarchicalSettings = "exact") -> list[Hit]:
+    """:meth:`Publication.recommend` on the latest publication (or ``as_of`` / ``version``); ``retrieval`` is
+    ``exact``, ``hierarchical`` or a :class:`~hir_pipeline.retrieval.HierarchicalSettings`
+    (:func:`hierarchy_settings`)."""
+    return Publication(lake, as_of, version).recommend(user_id, k, types, exclude_seen, retrieval)
 
 
 def hierarchy_settings(level: int | None = None, clusters: int | None = None, candidates: int | None = None,
-                       candidate_share: float | None = None) -> HierarchicalSettings:
+                       candidate_share: float | None = None, neighbours: int | None = None) -> HierarchicalSettings:
     """:class:`~hir_pipeline.retrieval.HierarchicalSettings` with the given values (``None``: the default); a bad
     value is a :class:`QueryError`.
 
@@ -508,8 +495,10 @@ def hierarchy_settings(level: int | None = None, clusters: int | None = None, ca
         clusters: clusters probed.
         candidates: most items scored (0: no cap by count).
         candidate_share: most items scored as a share of the rankable items (0: no cap by share).
+        neighbours: strongest super-graph neighbours of the user's own cluster probed on top.
     """
-    given = {"clusters": clusters, "candidates": candidates, "candidate_share": candidate_share}
+    given = {"clusters": clusters, "candidates": candidates, "candidate_share": candidate_share,
+             "neighbours": neighbours}
     try:
         return HierarchicalSettings(level=level, **{k: v for k, v in given.items() if v is not None})
     except ValueError as exc:

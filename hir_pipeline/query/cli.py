@@ -120,9 +120,9 @@ def add_query_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     rec.add_argument("--candidate-share", dest="candidate_share", type=float, default=None,
                      help="hierarchical: most items scored as a share of the rankable items, 0 = no cap by share "
                           f"(default {default.candidate_share:g}); with --candidates the smaller cap applies")
-    rec.add_argument("--neighbours", type=int, default=0,
+    rec.add_argument("--neighbours", type=int, default=None,
                      help="hierarchical: also probe this many strongest interest_supergraph neighbours of the user's "
-                          "own cluster (default 0)")
+                          f"own cluster (default {default.neighbours})")
     query.set_defaults(func=run_query)
     return query
 
@@ -138,9 +138,10 @@ def run_query(args: argparse.Namespace, out=None, err=None) -> int:
         elif args.query_command == "similar":
             result = pub.similar(args.entity_id, args.type, args.k)
         elif args.query_command == "recommend":
-            hierarchy = hierarchy_settings(args.level, args.clusters, args.candidates, args.candidate_share)
+            retrieval = args.retrieval if args.retrieval == "exact" else hierarchy_settings(
+                args.level, args.clusters, args.candidates, args.candidate_share, args.neighbours)
             rec = pub.retrieve(args.user_id, args.k, tuple(args.types or RECOMMENDABLE_TYPES), not args.include_seen,
-                               args.retrieval, hierarchy, args.neighbours)
+                               retrieval)
             result = rec.hits
         else:
             result = pub.cluster(args.level, args.cluster_id, args.members)

@@ -229,21 +229,24 @@ def test_hierarchical_recommend_scores_the_users_clusters_only(lake):
     exact = pub.retrieve("u1", k=2)
     assert (exact.retrieval, exact.scored, exact.rankable) == ("exact", 4, 4)  # p2, a1, p3, p4
     one = hierarchy_settings(clusters=1, candidate_share=0.0)
-    got = pub.retrieve("u1", k=2, retrieval="hierarchical", hierarchy=one)
+    got = pub.retrieve("u1", k=2, retrieval=one)
     assert [h.entity_id for h in got.hits] == [h.entity_id for h in exact.hits] == ["a1", "p2"]
     assert got.hits[0].score == pytest.approx(exact.hits[0].score, rel=1e-6)
     assert (got.scored, got.rankable, got.level, got.clusters_probed) == (2, 4, 0, 1)
     # k above the cluster's candidates: the next cluster is probed; a super-graph neighbour is probed on top
-    assert pub.retrieve("u1", k=3, retrieval="hierarchical", hierarchy=one).clusters_probed == 2
-    wide = pub.retrieve("u1", k=2, retrieval="hierarchical", hierarchy=one, neighbours=1)
+    assert pub.retrieve("u1", k=3, retrieval=one).clusters_probed == 2
+    wide = pub.retrieve("u1", k=2, retrieval=hierarchy_settings(clusters=1, candidate_share=0.0, neighbours=1))
     assert (wide.scored, wide.clusters_probed) == (4, 2)
     # a cap of one candidate keeps the first member in probe order (p2), not the exact best (a1)
-    capped = recommend("u1", k=1, lake=str(lake), retrieval="hierarchical", clusters=1, candidates=1)
+    capped = recommend("u1", k=1, lake=str(lake), retrieval=hierarchy_settings(clusters=1, candidates=1))
     assert [h.entity_id for h in capped] == ["p2"]
+    # the default settings: level (1 - 1) // 2 = 0, 8 clusters (both of them), a share cap of 0.2 x 4 -> k = 2
+    default = pub.retrieve("u1", k=2, retrieval="hierarchical")
+    assert (default.level, default.clusters_probed, default.scored) == (0, 2, 2)
     with pytest.raises(QueryError, match="routing level 2 does not exist"):
-        recommend("u1", lake=str(lake), retrieval="hierarchical", level=2)
+        recommend("u1", lake=str(lake), retrieval=hierarchy_settings(level=2))
     with pytest.raises(QueryError, match="clusters must be >= 1"):
-        recommend("u1", lake=str(lake), retrieval="hierarchical", clusters=0)
+        hierarchy_settings(clusters=0)
     with pytest.raises(QueryError, match="unknown retrieval 'ivf'"):
         recommend("u1", lake=str(lake), retrieval="ivf")
 

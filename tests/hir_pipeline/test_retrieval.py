@@ -116,3 +116,17 @@ def test_settings_routing_level_and_validation():
     np.testing.assert_allclose(index.centroids[2], items[:5].mean(0), rtol=1e-6)
     with pytest.raises(ValueError, match="level 0 has 3 cluster ids for 15 items"):
         build_index(items, [np.zeros(3, dtype=int)], 0)
+
+
+def test_a_prebuilt_index_gives_the_same_lists_and_must_route_at_the_settings_level():
+    rng = np.random.default_rng(4)
+    users = rng.standard_normal((5, 4)).astype(np.float32)
+    items = rng.standard_normal((30, 4)).astype(np.float32)
+    levels = [rng.integers(0, 3, 30), rng.integers(0, 6, 30)]
+    settings = HierarchicalSettings(clusters=1, candidate_share=0.3)  # routes at level 0 of 2
+    direct = hierarchical_top_k(users, items, levels, 4, settings)
+    reused = hierarchical_top_k(users, items, build_index(items, levels, 0), 4, settings)
+    np.testing.assert_array_equal(direct.items, reused.items)
+    np.testing.assert_array_equal(direct.scored, reused.scored)
+    with pytest.raises(ValueError, match="the index routes at level 1, the settings at level 0"):
+        hierarchical_top_k(users, items, build_index(items, levels, 1), 4, settings)
