@@ -18,8 +18,8 @@ the items; the table says which settings meet it. ``--json PATH`` writes ``{"spl
 
 Usage: ``python benchmarks/hierarchical_retrieval.py --cache PATH [--lake DIR --run-date D] [--split test|validation]
 [--levels 0,1] [--clusters 1,2,4,8] [--candidate-share 0.2] [--candidates 0] [--epochs 8] [--set key=value ...]
-[--threads 1] [--json PATH]`` (``--lake`` / ``--run-date`` may be left out once ``--cache`` holds the prepared
-splits)
+[--threads 1] [--model PATH] [--json PATH]`` (``--lake`` / ``--run-date`` may be left out once ``--cache`` holds the
+prepared splits; ``--model`` keeps the trained model, so other settings are measured without training again)
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -113,6 +114,18 @@ def measure(data, users, items, item_clusters, user_clusters, k: int, settings=N
     return out
 
 
+def cluster_usage(item_clusters) -> list[dict]:
+    """Per level: clusters that hold at least one item, and the largest cluster's share of the items."""
+    import numpy as np
+
+    out = []
+    for c in item_clusters:
+        counts = np.bincount(c[c >= 0]) if (c >= 0).any() else np.zeros(1, dtype=np.int64)
+        out.append({"clusters_with_items": int((counts > 0).sum()),
+                    "largest_share": round(float(counts.max() / max(counts.sum(), 1)), 4)})
+    return out
+
+
 def study(data, model: dict, k: int, levels: list[int] | None, clusters: list[int], candidates: int,
           candidate_share: float, say=print) -> tuple[dict, list[dict]]:
     """Exact search and every (level, clusters) setting on the trained ``model``; ``(exact, rows)``."""
@@ -123,6 +136,8 @@ def study(data, model: dict, k: int, levels: list[int] | None, clusters: list[in
     scorer = EmbeddingScorer.from_lookup(data, model["ids"], model["embeddings"])
     item_clusters = align_clusters(model["ids"], model["assignments"], data.item_ids)
     user_clusters = align_clusters(model["ids"], model["assignments"], data.user_ids)
+    model["item_clusters"] = cluster_usage(item_clusters)
+    say(json.dumps({"item_clusters_per_level": model["item_clusters"]}))
     exact = measure(data, scorer.users, scorer.items, item_clusters, user_clusters, k)
     say(json.dumps({"retrieval": "exact", **{s: {m: round(v, 4) for m, v in got.items()}
                                              for s, got in exact.items()}}))
@@ -197,6 +212,8 @@ def main(argv: list[str] | None = None) -> dict:
                    help="ModelConfig / TrainConfig override (JSON value)")
     p.add_argument("--k", type=int, default=20)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--model", type=Path, help="pickle of the trained model's embeddings and clusters: reused when "
+                   "present (no training), written otherwise")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
 
@@ -208,15 +225,24 @@ def main(argv: list[str] | None = None) -> dict:
     data, inputs, note = split_of(prepared, args.split)
     settings = {**sample_settings(), **QUIET, **({} if args.epochs is None else {"epochs": args.epochs}),
                 **{k: parse_value(v) for k, v in (s.split("=", 1) for s in args.set)}}
-    model = train(inputs, settings)
-    print(json.dumps({"trained": model["level_sizes"], "train_s": model["train_s"]}), flush=True)
+    if args.model is not None and args.model.exists():
+        model = pickle.loads(args.model.read_bytes())
+    else:
+        model = train(inputs, settings)
+        print(json.dumps({"trained": model["level_sizes"], "train_s": model["train_s"]}), flush=True)
+        if args.model is not None:
+            args.model.write_bytes(pickle.dumps(model))
     levels = None if args.levels is None else [int(x) for x in args.levels.split(",")]
     exact, rows = study(data, model, args.k, levels, [int(x) for x in args.clusters.split(",")], args.candidates,
                         args.candidate_share)
     print(f"\n{note}; settings: {json.dumps(settings)}")
     print(report(exact, rows, args.k))
+    print("items' clusters per level (clusters holding an item, largest cluster's share): " + ", ".join(
+        f"level {lvl} {u['clusters_with_items']} / {u['largest_share']:.0%}"
+        for lvl, u in enumerate(model["item_clusters"])))
     result = {"split": args.split, "note": note, "k": args.k, "settings": settings,
-              "model": {"level_sizes": model["level_sizes"], "train_s": model["train_s"]},
+              "model": {"level_sizes": model["level_sizes"], "train_s": model["train_s"],
+                        "item_clusters_per_level": model["item_clusters"]},
               "exact": exact, "rows": rows,
               "target": {"recall_ratio": TARGET_RATIO, "scored_share": TARGET_SHARE,
                          "met": {s: [r for r in rows if r["split"] == s and r["meets_target"]] != [] for s in exact}}}

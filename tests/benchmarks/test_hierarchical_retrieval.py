@@ -29,8 +29,9 @@ def test_every_setting_against_exact_search(tmp_path, capsys):
     torch.set_num_threads(1)
     prepared = write_toy_prepared_splits(tmp_path / "split.pkl")
     out = tmp_path / "hier.json"
+    model = tmp_path / "model.pkl"
     result = bench.main(["--cache", str(prepared), "--clusters", "1,2,3", "--candidate-share", "0", "--json", str(out),
-                         *TINY])
+                         "--model", str(model), *TINY])
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
     assert result["model"]["level_sizes"] == [2, 4] and set(result["exact"]) == {"warm", "cold"}
     rows = result["rows"]
@@ -44,5 +45,12 @@ def test_every_setting_against_exact_search(tmp_path, capsys):
         if (r["level"], r["clusters"]) == (0, 2):  # every coarse cluster, no cap: exact search
             assert r["scored_share"] == pytest.approx(1.0)
             assert r["recall"] == pytest.approx(result["exact"][r["split"]]["recall"])
+    usage = result["model"]["item_clusters_per_level"]
+    assert [len(usage), *(1 <= u["clusters_with_items"] <= n for u, n in zip(usage, (2, 4), strict=True))] == [
+        2, True, True]
     printed = capsys.readouterr().out
     assert "| split | level (size) | clusters |" in printed and "target (>= 0.95x exact recall@20" in printed
+    # the kept model is measured again without training: the same recalls, a new setting
+    again = bench.main(["--cache", str(prepared), "--clusters", "1", "--levels", "1", "--model", str(model), *TINY])
+    assert "trained" not in capsys.readouterr().out
+    assert [r["recall"] for r in again["rows"]] == [r["recall"] for r in rows if (r["level"], r["clusters"]) == (1, 1)]
