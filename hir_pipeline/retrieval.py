@@ -85,7 +85,7 @@ class HierarchicalSettings:
         if self.candidates:
             caps.append(self.candidates)
         if self.candidate_share:
-            caps.append(math.ceil(self.candidate_share * rankable))
+            caps.append(math.floor(self.candidate_share * rankable))
         return max(min(caps), min(k, rankable))
 
 

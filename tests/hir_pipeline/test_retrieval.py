@@ -65,7 +65,7 @@ def test_candidate_caps_are_respected_and_keep_the_best_fine_clusters():
     assert set(got.items[0]) <= {0, 1, 2}  # the fine cluster nearer the user was kept
     share = hierarchical_top_k(users, items, [coarse, fine], 2, HierarchicalSettings(level=0, clusters=3,
                                                                                    candidate_share=0.25))
-    assert share.scored.tolist() == [5, 5, 5]  # ceil(0.25 x 18)
+    assert share.scored.tolist() == [4, 4, 4]  # floor(0.25 x 18): never above the share
     # both caps: the smaller applies; never fewer than k
     both = HierarchicalSettings(level=0, clusters=3, candidates=4, candidate_share=0.5)
     assert hierarchical_top_k(users, items, [coarse, fine], 2, both).scored.tolist() == [4, 4, 4]
