@@ -360,8 +360,10 @@ class Publication:
             raise QueryError(f"{exc} in {self._where()}") from None
         own = levels[level][row[0]]
         extra = [self._neighbours(level, int(own), settings.neighbours)] if own >= 0 and settings.neighbours else None
-        got = hierarchical_top_k(emb[row[:1]], emb, levels, k, settings, allowed=mask, user_clusters=np.array([own]),
-                                 extra_clusters=extra)
+        items = np.isin(etypes, list(types))  # centroids of the items of these types (seen ones included) only
+        item_levels = [np.where(items, clusters, -1) for clusters in levels]
+        got = hierarchical_top_k(emb[row[:1]], emb, item_levels, k, settings, allowed=mask,
+                                 user_clusters=np.array([own]), extra_clusters=extra)
         return Recommendation(self._hits(ids, etypes, got), "hierarchical", int(got.scored[0]),
                               int(got.rankable[0]), level, int(got.probed[0]))
 
