@@ -374,8 +374,10 @@ def _catalog(cfg: SyntheticConfig, start: datetime, images: tuple[np.ndarray, np
     truth: list[dict[str, Any]] = []
 
     def add(eid: str, etype: str, title: str, desc: str, attrs: dict[str, Any], lv: dict[str, int | None],
-            created_at: int | None, image_uri: str | None = None, video_uri: str | None = None) -> None:
+            created_at: int | None, media: tuple[str | None, str | None] = (None, None)) -> None:
         import json
+
+        image_uri, video_uri = media
         entities.append({"entity_id": eid, "entity_type": etype, "title": title, "description": desc,
                          "image_uri": image_uri, "video_uri": video_uri,
                          "attributes": json.dumps(attrs, sort_keys=True), "created_s": created_at})
@@ -421,7 +423,7 @@ def _catalog(cfg: SyntheticConfig, start: datetime, images: tuple[np.ndarray, np
             uri = str(image_dir_final / name)
         product_image.append(uri)
         add(eid, "product", title, desc, {"price": float(prices[j]), "currency": "USD", "sku": int(prod_num[j])},
-            levels(fine=f), created(), uri)
+            levels(fine=f), created(), (uri, None))
         relations.append((eid, f"category:{f // b2:03d}", "product_in_category", 1.0))
 
     # advertisers (one mid interest each), campaigns (a fine interest under it), ads
@@ -478,7 +480,7 @@ def _catalog(cfg: SyntheticConfig, start: datetime, images: tuple[np.ndarray, np
         add(aid, "ad", f"{hook} {fname}", f"{hook} {fname}: {words[int(rng.integers(len(words)))]} "
             f"and {words[int(rng.integers(len(words)))]} picks.", {"format": str(rng.choice(("banner", "video",
                                                                                         "carousel")))},
-            levels(fine=f), created(), product_image[pool[int(picked[0])]], clip)
+            levels(fine=f), created(), (product_image[pool[int(picked[0])]], clip))
         relations.append((aid, f"campaign:{c:06d}", "ad_of_campaign", 1.0))
         for p in picked:
             relations.append((aid, f"product:{prod_num[pool[int(p)]]:07d}", "ad_promotes_product", 1.0))
