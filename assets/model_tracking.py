@@ -125,8 +125,8 @@ def log_model(result: FitResult, day: dt.date) -> str:
     probabilities (``train_cfg.published_encoder``: the student or the EMA teacher). It is pickled (its forward
     takes packed views, which the ``pt2`` export format cannot express) with the ``hir_pipeline`` package bundled
     as code, so it loads without this checkout. Config, which encoder it is, the temperature and centers of its
-    cluster softmax (``centers`` null for the student), the kind of views it embeds (``views``: narrow for the
-    student, broad for the teacher) and the parent maps go beside it as ``model_meta.json``
+    cluster softmax (``centers`` null for the student and for refined prototypes), the kind of views it embeds
+    (``views``: narrow for the student, broad for the teacher) and the parent maps go beside it as ``model_meta.json``
     (they are needed to reproduce the cluster probabilities).
     """
     import dataclasses
