@@ -42,7 +42,8 @@ class HierarchicalSettings:
     """Settings of hierarchical retrieval.
 
     Args:
-        level: routing level (0 = coarsest); ``None``: the middle level, ``(levels - 1) // 2``.
+        level: routing level (0 = coarsest, the default: its few broad clusters route best at a fifth of the items
+            scored, docs/results.md); ``None``: the middle level, ``(levels - 1) // 2``.
         clusters: clusters probed at the routing level per query (the user's own cluster counts as one).
         candidates: most items scored per query (0: no cap by count).
         candidate_share: most items scored per query as a share of the rankable items (0: no cap by share);
@@ -52,8 +53,8 @@ class HierarchicalSettings:
             probes none).
     """
 
-    level: int | None = None
-    clusters: int = 8
+    level: int | None = 0
+    clusters: int = 4
     candidates: int = 0
     candidate_share: float = 0.2
     neighbours: int = 0

@@ -493,15 +493,15 @@ def hierarchy_settings(level: int | None = None, clusters: int | None = None, ca
     value is a :class:`QueryError`.
 
     Args:
-        level: routing level (``None``: the middle level).
+        level: routing level, 0 = coarsest.
         clusters: clusters probed.
         candidates: most items scored (0: no cap by count).
         candidate_share: most items scored as a share of the rankable items (0: no cap by share).
         neighbours: strongest super-graph neighbours of the user's own cluster probed on top.
     """
-    given = {"clusters": clusters, "candidates": candidates, "candidate_share": candidate_share,
+    given = {"level": level, "clusters": clusters, "candidates": candidates, "candidate_share": candidate_share,
              "neighbours": neighbours}
     try:
-        return HierarchicalSettings(level=level, **{k: v for k, v in given.items() if v is not None})
+        return HierarchicalSettings(**{k: v for k, v in given.items() if v is not None})
     except ValueError as exc:
         raise QueryError(f"hierarchical retrieval: {exc}") from None

@@ -111,7 +111,7 @@ def add_query_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
                           "clusters at the routing level (its own cluster, then the clusters whose centroids are "
                           "nearest), ranked by the dot product")
     rec.add_argument("--level", type=int, default=None,
-                     help="hierarchical: routing level, 0 = coarsest (default: the middle level)")
+                     help=f"hierarchical: routing level, 0 = coarsest (default {default.level})")
     rec.add_argument("--clusters", type=int, default=None,
                      help=f"hierarchical: clusters probed at the routing level (default {default.clusters})")
     rec.add_argument("--candidates", type=int, default=None,

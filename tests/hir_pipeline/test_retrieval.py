@@ -101,8 +101,9 @@ def test_items_without_a_cluster_are_never_candidates_and_short_lists_are_padded
 
 
 def test_settings_routing_level_and_validation():
-    assert HierarchicalSettings().routing_level(3) == 1
-    assert HierarchicalSettings().routing_level(2) == 0
+    assert HierarchicalSettings().routing_level(3) == 0  # the coarsest level by default
+    assert HierarchicalSettings(level=None).routing_level(3) == 1  # None: the middle one
+    assert HierarchicalSettings(level=None).routing_level(2) == 0
     assert HierarchicalSettings(level=2).routing_level(3) == 2
     with pytest.raises(ValueError, match="routing level 3 does not exist"):
         HierarchicalSettings(level=3).routing_level(3)
