@@ -222,14 +222,16 @@ def test_stopped_training_resumes_to_the_same_model_and_replaces_rows(spark, mod
 
 @pytest.mark.slow
 def test_a_model_failing_its_output_checks_is_neither_written_nor_registered(spark, model_lake, first_run):
-    """Production thresholds on the tiny model (every node in one cluster) and a collapse threshold it cannot meet:
-    the blocking checks fail, the run fails, the lake keeps the first run's rows and no version is registered."""
+    """Production thresholds on the tiny model publishing its learned prototypes (every node in one cluster; no
+    refinement) and a collapse threshold it cannot meet: the blocking checks fail, the run fails, the lake keeps the
+    first run's rows and no version is registered."""
     client = _client(model_lake)
     name = model_lake["mlflow"].registered_model
     versions_before = {v.version for v in client.search_model_versions(f"name = '{name}'")}
     rows_before = sorted((r.entity_id, r.model_version) for r in _outputs(spark, model_lake).collect())
 
-    result = _materialize(model_lake, output_checks={"max_mean_cosine": -1.0})
+    learned = ModelSettingsResource(model=MODEL, train={**TRAIN, "prototype_refinement_iters": 0})
+    result = _materialize({**model_lake, "model_settings": learned}, output_checks={"max_mean_cosine": -1.0})
     assert not result.success
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert set(checks) == {"embeddings_finite_unit_norm", "every_level_uses_several_clusters",
