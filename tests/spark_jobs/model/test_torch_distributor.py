@@ -9,8 +9,10 @@ import dataclasses
 import pytest
 import torch
 
+from hir_pipeline.model.refine import spherical_kmeans
 from hir_pipeline.training.distributed import save_inputs
 from hir_pipeline.training.fit import fit_and_embed, resolve_model_config
+from hir_pipeline.training.inference import head_projections
 from spark_jobs.model.distributor import distributor_choice, is_local_master, torch_distributor_launch
 from tests.hir_pipeline.training.test_data_parallel import MODEL, TRAIN, _run_ranks, toy_inputs
 
@@ -53,7 +55,13 @@ def test_two_processes_train_through_torch_distributor_like_two_direct_ranks(spa
     state = torch.load(direct[0]["checkpoint"], map_location="cpu", weights_only=True)
     published = result.model.state_dict()
     assert published.keys() == state["student"].keys()
-    assert all(torch.equal(published[k].cpu(), state["student"][k]) for k in published)  # bit for bit, same seed
+    # bit for bit, same seed: the trained network, and its prototypes as refined after training (from the ranks' ones)
+    protos = {k for k in published if k.startswith("hierarchy.prototypes.")}
+    assert protos and all(torch.equal(published[k].cpu(), state["student"][k]) for k in published.keys() - protos)
+    z = head_projections(result.model, result.inference.embeddings)
+    for k in protos:
+        refined = spherical_kmeans(z, state["student"][k], train.prototype_refinement_iters)
+        assert torch.equal(published[k].cpu(), refined)
     assert [m["loss"] for m in result.history] == [m["loss"] for m in direct[0]["history"]]
     assert result.fingerprint == direct[0]["fingerprint"] and result.train_cfg.processes == 2
 
