@@ -96,10 +96,7 @@ def infer(
             out = model(batch, feats)
             emb[start:stop] = out.embedding.float().cpu().numpy()
             for lvl, logits in enumerate(out.logits):
-                logits = logits.float()
-                if centers is not None:
-                    logits = logits - centers[lvl].to(device).reshape(1, -1)
-                probs[lvl][start:stop] = torch.softmax(logits / temperature, -1).cpu().numpy()
+                probs[lvl][start:stop] = _calibrated(logits, lvl, temperature, centers)
             start = stop
     finally:
         model.train(was_training)
@@ -133,16 +130,21 @@ def cluster_probabilities(model: HIRModel, embeddings: np.ndarray, temperature: 
         centers: per-level teacher centers subtracted from the logits, or ``None``.
         batch_size: rows per matrix product.
     """
-    device = next(model.parameters()).device
     out = [np.zeros((len(embeddings), k), dtype=np.float32) for k in model.cfg.level_sizes]
     for start in range(0, len(embeddings), batch_size):
-        emb = torch.as_tensor(embeddings[start:start + batch_size], device=device)
-        for lvl, logits in enumerate(model.hierarchy(model.head(emb.to(model.head[0].weight.dtype)))):
-            logits = logits.float()
-            if centers is not None:
-                logits = logits - centers[lvl].to(device).reshape(1, -1)
-            out[lvl][start:start + len(emb)] = torch.softmax(logits / temperature, -1).cpu().numpy()
+        z = head_projections(model, embeddings[start:start + batch_size])
+        for lvl, logits in enumerate(model.hierarchy(z.to(model.head[0].weight.dtype))):
+            out[lvl][start:start + len(z)] = _calibrated(logits, lvl, temperature, centers)
     return out
+
+
+def _calibrated(logits: torch.Tensor, level: int, temperature: float,
+                centers: Sequence[torch.Tensor] | None) -> np.ndarray:
+    """``softmax((logits - center) / temperature)`` of one level (no center when ``centers`` is ``None``)."""
+    logits = logits.float()
+    if centers is not None:
+        logits = logits - centers[level].to(logits.device).reshape(1, -1)
+    return torch.softmax(logits / temperature, -1).cpu().numpy()
 
 
 @torch.no_grad()
