@@ -40,11 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hir_ablations import (  # noqa: E402
     QUIET,
     SPLITS,
-    load_prepared,
     make_trainer,
     parse_value,
+    prepared_split,
     sample_settings,
-    split_of,
 )
 
 #: Issue 21's target: at least this share of exact search's Recall@K ...
@@ -242,12 +241,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
 
-    prepared = load_prepared(args, p)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    data, inputs, note = split_of(prepared, args.split)
+    _, data, inputs, note = prepared_split(args, p)
     settings = {**sample_settings(), **QUIET, **({} if args.epochs is None else {"epochs": args.epochs}),
                 **{k: parse_value(v) for k, v in (s.split("=", 1) for s in args.set)}}
     if args.model_outputs:

@@ -380,6 +380,17 @@ def report(rows: list[dict], baselines: dict, k: int, confidence: float) -> str:
     return "\n".join(lines)
 
 
+def prepared_split(args, parser) -> tuple[dict, Any, Any, str]:
+    """``(prepared, data, inputs, note)`` of ``args.split`` (:func:`load_prepared`, :func:`split_of`), with torch
+    set to ``args.threads`` threads first when given."""
+    prepared = load_prepared(args, parser)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    return (prepared, *split_of(prepared, args.split))
+
+
 def load_prepared(args, parser) -> dict:
     """The cached splits, or freshly prepared ones (then cached); a cache without the validation split is
     prepared again."""
@@ -427,12 +438,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
 
-    prepared = load_prepared(args, p)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    data, inputs, note = split_of(prepared, args.split)
+    prepared, data, inputs, note = prepared_split(args, p)
     settings = dataclasses.replace(defaults, k=args.k, baselines=tuple(args.baselines.split(",")),
                                    als=dataclasses.replace(defaults.als, k=args.k),
                                    bootstrap_samples=args.bootstrap_samples)
