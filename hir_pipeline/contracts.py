@@ -130,8 +130,9 @@ def source_ddl(table: str) -> str:
 # graph_nodes: node_idx long (dense 0..N-1, stable for a given run), entity_id string, entity_type string,
 #   node_type int (index into ENTITY_TYPES), has_history boolean (took part in any event edge),
 #   degree long, weighted_degree double, degree_by_type map<string,long>, degree_bucket int
-#   (0..DEGREE_BUCKETS-1, log2 buckets), centrality_bucket int, structure_embedding array<float> (FastRP
-#   embedding of the whole graph, L2-normalised; null for nodes without edges or when turned off), run_date date.
+#   (0..DEGREE_BUCKETS-1, log2 buckets), centrality_bucket int, structure_embedding array<float> (graph-wide
+#   spectral or FastRP embedding, see GraphConfig.structure_method; null for nodes without edges or when turned
+#   off), run_date date.
 # graph_edges: src_idx long, dst_idx long, src_id string, dst_id string, edge_type string,
 #   edge_type_id int (1-based, see EDGE_TYPES), weight double (> 0, finite), n_events long, run_date date.
 #   Edges are directed; every edge type has its reverse type, so the graph is stored symmetrically.

@@ -3,8 +3,8 @@
 Node input (per token) = node-type embedding + projected content embedding (where present) + ID embedding
 (only for nodes with interaction history, so cold-start nodes are embedded from content and structure alone)
 + degree-bucket embedding + the projected funnel-weighted pool of the node's engagement neighbours
-(``hir_pipeline.model.history``; nodes with history only) + the projected graph-wide structure embedding (FastRP
-of the whole training graph, where present). ``num_layers`` pre-LN transformer layers with
+(``hir_pipeline.model.history``; nodes with history only) + the projected graph-wide structure embedding
+(spectral or FastRP, of the whole training graph, where present). ``num_layers`` pre-LN transformer layers with
 :func:`~hir_pipeline.model.attention.structural_attention`; the anchor token (first token of each view)
 is projected and L2-normalised: one embedding space for every entity type.
 """

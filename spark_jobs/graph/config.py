@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 from hir_pipeline.contracts import DEFAULT_FUNNEL, DEFAULT_MAX_DIST
 
+#: Ways to compute ``graph_nodes.structure_embedding`` (``GraphConfig.structure_method``).
+STRUCTURE_METHODS = ("spectral", "fastrp")
+
 
 @dataclass(frozen=True)
 class GraphConfig:
@@ -39,15 +42,24 @@ class GraphConfig:
         centrality_buckets: number of weighted-degree quantile buckets in ``graph_nodes.centrality_bucket``.
         seed: seed of every sampling decision (hash-based, so results do not depend on partitioning), including
             the random projection of the structure embedding.
-        structure_embedding: compute the FastRP structure embedding of every node
-            (``graph_nodes.structure_embedding``, :mod:`spark_jobs.graph.fastrp`); ``False`` leaves it null.
+        structure_embedding: compute the structure embedding of every node (``graph_nodes.structure_embedding``);
+            ``False`` leaves it null.
+        structure_method: ``"spectral"`` (default): the top eigenvectors of the normalised adjacency, a truncated
+            SVD on a user-item graph (:mod:`spark_jobs.graph.spectral`); ``"fastrp"``: FastRP's random-projection
+            sketch (:mod:`spark_jobs.graph.fastrp`).
         structure_dim: width ``d`` of the structure embedding.
-        structure_iteration_weights: weight ``alpha_t`` of propagation step ``t = 1..k`` in the embedding
+        structure_power_iterations: spectral only: subspace iterations ``X = orth(M X)`` (more: closer to the
+            exact eigenvectors; one Spark shuffle each).
+        structure_weight_exponent: spectral only: a connected pair's summed edge weight is raised to this power
+            (0: every connected pair counts once, whatever its funnel stage).
+        structure_normalisation_exponent: spectral only: ``a`` of ``D^-a W D^-a`` (0.5: symmetric normalisation;
+            smaller values keep more of popular nodes' weight).
+        structure_iteration_weights: FastRP only: weight ``alpha_t`` of propagation step ``t = 1..k`` in the embedding
             ``rownorm(sum_t alpha_t X_t)``; its length is the number of steps ``k`` (default 3, equal weights).
         structure_sparsity: ``s`` of the very sparse random projection: an entry is non-zero with probability
             ``1 / s`` (default 3, Achlioptas' sparse projection).
-        structure_degree_exponent: ``beta`` of the initial vectors ``deg^beta R`` (weighted degree); negative
-            values lower the weight of hubs (default 0: plain FastRP).
+        structure_degree_exponent: FastRP only: ``beta`` of the initial vectors ``deg^beta R`` (weighted degree);
+            negative values lower the weight of hubs (default 0: plain FastRP).
     """
 
     funnel: tuple[str, ...] = DEFAULT_FUNNEL
@@ -62,7 +74,11 @@ class GraphConfig:
     centrality_buckets: int = 10
     seed: int = 0
     structure_embedding: bool = True
-    structure_dim: int = 64
+    structure_method: str = "spectral"
+    structure_dim: int = 32
+    structure_power_iterations: int = 6
+    structure_weight_exponent: float = 0.0
+    structure_normalisation_exponent: float = 0.25
     structure_iteration_weights: tuple[float, ...] = (1.0, 1.0, 1.0)
     structure_sparsity: float = 3.0
     structure_degree_exponent: float = 0.0
@@ -84,8 +100,16 @@ class GraphConfig:
             raise ValueError("max_dist must be in 1..126 (distances are stored as int8)")
         if self.max_view_nodes < 1 or self.hub_cap < 1 or self.centrality_buckets < 1:
             raise ValueError("max_view_nodes, hub_cap and centrality_buckets must be >= 1")
+        if self.structure_method not in STRUCTURE_METHODS:
+            raise ValueError(f"structure_method must be one of {', '.join(STRUCTURE_METHODS)}, "
+                             f"not {self.structure_method!r}")
         if self.structure_dim < 1:
             raise ValueError("structure_dim must be >= 1")
+        if self.structure_power_iterations < 1:
+            raise ValueError("structure_power_iterations must be >= 1")
+        for name in ("structure_weight_exponent", "structure_normalisation_exponent"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be finite")
         alphas = self.structure_iteration_weights
         if not alphas or any(not (math.isfinite(a) and a >= 0) for a in alphas) or not sum(alphas) > 0:
             raise ValueError("structure_iteration_weights needs at least one step, weights finite, >= 0, not all 0")

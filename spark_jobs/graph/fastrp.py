@@ -44,8 +44,8 @@ def unit_interval(h: Column) -> Column:
     return (F.shiftrightunsigned(h, 11).cast("double") + 0.5) / float(2**53)
 
 
-def projection_row(node_hash: Column, config: GraphConfig) -> Column:
-    """The node's row of ``R`` (``array<double>`` of ``structure_dim`` entries).
+def projection_row(node_hash: Column, config: GraphConfig, dim: int | None = None) -> Column:
+    """The node's row of ``R`` (``array<double>`` of ``dim`` entries, by default ``structure_dim``).
 
     Entry ``j`` is ``sqrt(s)`` when ``u < 1 / 2s``, ``-sqrt(s)`` when ``u > 1 - 1 / 2s`` and 0 otherwise, with
     ``u = unit_interval(xxhash64(seed, node_hash, j))`` (all three as ``long``).
@@ -53,6 +53,7 @@ def projection_row(node_hash: Column, config: GraphConfig) -> Column:
     Args:
         node_hash: ``xxhash64(entity_id)`` of the node.
         config: ``structure_dim``, ``structure_sparsity`` (``s``) and ``seed``.
+        dim: the row width when not ``structure_dim`` (the spectral embedding's wider random start).
     """
     s = float(config.structure_sparsity)
     p, scale = 1.0 / (2.0 * s), math.sqrt(s)
@@ -62,7 +63,7 @@ def projection_row(node_hash: Column, config: GraphConfig) -> Column:
         u = unit_interval(F.xxhash64(seed, node_hash, j.cast("long")))
         return F.when(u < p, F.lit(scale)).when(u > 1.0 - p, F.lit(-scale)).otherwise(F.lit(0.0))
 
-    return F.transform(F.sequence(F.lit(0), F.lit(config.structure_dim - 1)), entry)
+    return F.transform(F.sequence(F.lit(0), F.lit((dim or config.structure_dim) - 1)), entry)
 
 
 def l2_normalise(v: Column) -> Column:
@@ -97,18 +98,22 @@ def initial_vectors(index: DataFrame, adj: DataFrame, config: GraphConfig) -> Da
     return index.select("node_idx", "entity_id").join(deg, "node_idx").select("node_idx", row.alias("x"))
 
 
-def propagate(adj: DataFrame, x: DataFrame, dim: int) -> DataFrame:
-    """One step ``rownorm(A x)``: ``node_idx, x`` for every node with an edge to a node of ``x``.
+def multiply(adj: DataFrame, x: DataFrame, dim: int) -> DataFrame:
+    """``A x``: ``node_idx, x`` for every node with an edge to a node of ``x``.
 
     Args:
-        adj: :func:`adjacency`.
+        adj: ``src_idx, dst_idx, w`` (:func:`adjacency`, or any weighted edge list).
         x: ``node_idx, x array<double>`` (``dim`` entries).
         dim: the vector width.
     """
     msg = adj.join(x.withColumnRenamed("node_idx", "dst_idx"), "dst_idx")
     sums = msg.groupBy("src_idx").agg(*[F.sum(F.col("w") * F.col("x")[j]).alias(f"_s{j}") for j in range(dim)])
-    v = F.array(*[F.col(f"_s{j}") for j in range(dim)])
-    return sums.select(F.col("src_idx").alias("node_idx"), l2_normalise(v).alias("x"))
+    return sums.select(F.col("src_idx").alias("node_idx"), F.array(*[F.col(f"_s{j}") for j in range(dim)]).alias("x"))
+
+
+def propagate(adj: DataFrame, x: DataFrame, dim: int) -> DataFrame:
+    """One FastRP step ``rownorm(A x)`` (see :func:`multiply`)."""
+    return multiply(adj, x, dim).select("node_idx", l2_normalise(F.col("x")).alias("x"))
 
 
 def _plus_scaled(alpha: float):

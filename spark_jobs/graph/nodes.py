@@ -4,8 +4,8 @@ Degree, weighted degree and their log / quantile buckets are the structural enco
 transformer embeds (degree centrality encoding of Graphormer, Ying et al., "Do Transformers Really Perform
 Bad for Graph Representation?", NeurIPS 2021). Quantiles of weighted degree stand in for PageRank-style
 centrality: one aggregation instead of an iterative job, and on a symmetric bipartite-like graph the two
-rank nodes very similarly. The graph-wide structure embedding (FastRP, :mod:`spark_jobs.graph.fastrp`) is the
-one iterative part.
+rank nodes very similarly. The graph-wide structure embedding (``structure_method``: spectral,
+:mod:`spark_jobs.graph.spectral`, or FastRP, :mod:`spark_jobs.graph.fastrp`) is the one iterative part.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from hir_pipeline.contracts import DEGREE_BUCKETS
 from spark_jobs.graph.config import GraphConfig
 from spark_jobs.graph.fastrp import STRUCTURE_COLUMN, structure_embeddings
 from spark_jobs.graph.index import index_entities
+from spark_jobs.graph.spectral import spectral_embeddings
 
 #: Column order of the ``graph_nodes`` table (contracts.py, "Graph tables").
 NODE_COLUMNS = ("node_idx", "entity_id", "entity_type", "node_type", "has_history", "degree", "weighted_degree",
@@ -43,9 +44,9 @@ def build_nodes(
     Returns:
         A DataFrame with the ``graph_nodes`` schema. ``degree_bucket = min(floor(log2(degree + 1)), 15)``;
         ``centrality_bucket = min(floor(percent_rank(weighted_degree) * B), B - 1)`` so ties share a bucket;
-        ``structure_embedding`` is the FastRP embedding (null for nodes without edges, and for every node when
-        ``config.structure_embedding`` is off). With it on, the FastRP iterations run (as Spark jobs) during this
-        call.
+        ``structure_embedding`` is the structure embedding of ``config.structure_method`` (null for nodes without
+        edges, and for every node when ``config.structure_embedding`` is off). With it on, its iterations run (as
+        Spark jobs) during this call.
     """
     config = config or GraphConfig()
     activity = list(config.funnel) + [f"rev_{s}" for s in config.funnel]
@@ -58,7 +59,8 @@ def build_nodes(
     )
     index = index_entities(entities)
     if config.structure_embedding:
-        index = index.join(structure_embeddings(index, edges, config), "node_idx", "left")
+        embed = spectral_embeddings if config.structure_method == "spectral" else structure_embeddings
+        index = index.join(embed(index, edges, config), "node_idx", "left")
     else:
         index = index.withColumn(STRUCTURE_COLUMN, F.lit(None).cast("array<float>"))
     nodes = index.join(stats, "node_idx", "left").select(

@@ -16,7 +16,7 @@ from spark_jobs.graph.fastrp import STRUCTURE_COLUMN, initial_vectors, projectio
 from spark_jobs.graph.index import index_entities
 
 RUN = dt.date(2024, 3, 31)
-CFG = GraphConfig(seed=11, structure_dim=16, structure_iteration_weights=(0.5, 1.0, 2.0))
+CFG = GraphConfig(seed=11, structure_method="fastrp", structure_dim=16, structure_iteration_weights=(0.5, 1.0, 2.0))
 
 # --- numpy reference -------------------------------------------------------------------------------------------
 
@@ -200,6 +200,12 @@ def test_build_nodes_column_on_and_off(spark, graph):
     want, _ = _spark_matrix(structure_embeddings(index_entities(entities), edges, CFG), n, CFG.structure_dim)
     got, _ = _spark_matrix(on, n, CFG.structure_dim)
     np.testing.assert_array_equal(got, want)
+    spectral = build_nodes(entities, edges, RUN, dataclasses.replace(CFG, structure_method="spectral"))
+    from spark_jobs.graph.spectral import spectral_embeddings
+
+    want, _ = _spark_matrix(spectral_embeddings(index_entities(entities), edges, spectral_cfg := dataclasses.replace(
+        CFG, structure_method="spectral")), n, spectral_cfg.structure_dim)
+    np.testing.assert_array_equal(_spark_matrix(spectral, n, CFG.structure_dim)[0], want)
     off = build_nodes(entities, edges, RUN, dataclasses.replace(CFG, structure_embedding=False))
     assert dict(off.dtypes)[STRUCTURE_COLUMN] == "array<float>"
     assert off.where(F.col(STRUCTURE_COLUMN).isNotNull()).count() == 0
