@@ -231,7 +231,7 @@ def interest_model(
         mlf.log_metrics({**stats, "train_time_s": train_time, "infer_time_s": result.infer_time_s,
                          "collect_inputs_s": collect_s})
         res = result.inference
-        checks = check_outputs(res.embeddings, res.probs, config.output_checks.to_dataclass())
+        checks = check_outputs(res.embeddings, res.probs, config.output_checks.to_dataclass(), res.encoder_embeddings)
         mlf.log_metrics(check_metrics(checks))
         passed = all(c.passed for c in checks)
         model_uri = log_model(result, day)

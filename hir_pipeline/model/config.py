@@ -9,6 +9,7 @@ classes, so a field added here is a setting of the pipeline with no other edit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -107,6 +108,12 @@ class ModelConfig:
             structure_embedding``, zero rows where absent; 0 = none); fitted to the inputs like ``content_dim``.
         use_structure_embedding: feed the structure embedding, through a linear projection added to the token
             (``False`` = an ablation).
+        structure_score_weight: ``kappa`` of the published score ``h_u . h_i + kappa s_u . s_i``: the published
+            rows carry the transformer embedding ``h`` and the graph-wide structure embedding ``s``, whose longer
+            rows (popular items) keep their weight, made unit-norm by the user-side / item-side transform of
+            :func:`~hir_pipeline.model.publication.published_rows`. The clusters are ``h``'s alone. 0 publishes
+            ``h`` alone; no effect without the structure embedding (``use_structure_embedding``,
+            ``structure_dim > 0``).
         structural_bias: learned distance / type-pair / edge-type attention biases (``False`` = plain attention
             restricted to each view, an ablation).
         dropout: dropout on attention output and feed-forward.
@@ -155,6 +162,7 @@ class ModelConfig:
     use_content: bool = True
     structure_dim: int = 0
     use_structure_embedding: bool = True
+    structure_score_weight: float = 1.0
     structural_bias: bool = True
     dropout: float = 0.1
     node_dropout: float = 0.1
@@ -166,6 +174,8 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.hidden_dim % self.num_heads:
             raise ValueError("hidden_dim must be divisible by num_heads")
+        if not (math.isfinite(self.structure_score_weight) and self.structure_score_weight >= 0):
+            raise ValueError("structure_score_weight must be finite and >= 0")
         if list(self.level_sizes) != sorted(self.level_sizes):
             raise ValueError("level_sizes are coarsest first and must not shrink")
         if self.teacher_target not in TEACHER_TARGETS:
@@ -189,6 +199,11 @@ class ModelConfig:
     @property
     def num_levels(self) -> int:
         return len(self.level_sizes)
+
+    @property
+    def publishes_structure(self) -> bool:
+        """Whether the published rows carry the structure embedding (``structure_score_weight``)."""
+        return self.structure_score_weight > 0 and self.use_structure_embedding and self.structure_dim > 0
 
 
 @dataclass(frozen=True)

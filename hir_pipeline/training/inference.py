@@ -23,18 +23,23 @@ from hir_pipeline.training.collate import single_node_view
 @dataclass
 class InferenceResult:
     """Args:
-    embeddings: float32 ``[N, out_dim]`` L2-normalised, row ``i`` = node ``i`` (one space for every type).
+    embeddings: float32 ``[N, out_dim]`` L2-normalised, row ``i`` = node ``i`` (one space for every type); the
+        ``Trainer`` publishes rows with the structure part too (``ModelConfig.structure_score_weight``).
     probs: per level (coarsest first) float32 ``[N, K_l]`` cluster probabilities.
     parent_maps: per level ``l >= 1``, int64 ``[K_l]`` parent cluster at level ``l - 1``: the one most of the
         cluster's members fall into (``model.tree.majority_parents``); for a cluster without members, the
         most similar level ``l - 1`` prototype (``PrototypeHierarchy.parent_maps``).
     has_view: bool ``[N]``; False where the node had no view and was embedded from its own features only.
+    encoder_embeddings: the transformer's own ``[N, out_dim]`` embeddings when ``embeddings`` are published rows
+        that also carry the structure part (whose non-user rows share a filler coordinate by construction, so the
+        collapse check reads these); ``None`` when ``embeddings`` are the transformer's.
     """
 
     embeddings: np.ndarray
     probs: list[np.ndarray]
     parent_maps: list[np.ndarray]
     has_view: np.ndarray
+    encoder_embeddings: np.ndarray | None = None
 
 
 @torch.no_grad()

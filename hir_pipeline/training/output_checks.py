@@ -133,15 +133,20 @@ def check_not_collapsed(embeddings: np.ndarray, config: OutputCheckConfig) -> Ch
 
 
 def check_outputs(embeddings: np.ndarray, probs: Sequence[np.ndarray],
-                  config: OutputCheckConfig | None = None) -> list[CheckOutcome]:
+                  config: OutputCheckConfig | None = None,
+                  encoder_embeddings: np.ndarray | None = None) -> list[CheckOutcome]:
     """All model-output checks, in :data:`CHECK_NAMES` order.
 
     Args:
         embeddings: float ``[N, d]`` published embeddings (row = node).
         probs: per level, float ``[N, K_l]`` cluster probabilities.
         config: thresholds (default :class:`OutputCheckConfig`).
+        encoder_embeddings: the transformer's own embeddings when the published rows also carry the structure
+            part (``InferenceResult.encoder_embeddings``): the collapse check reads these, as a model collapses
+            there; ``None``: ``embeddings``.
     """
     config = config or OutputCheckConfig()
     embeddings = np.asarray(embeddings)
+    encoder = embeddings if encoder_embeddings is None else np.asarray(encoder_embeddings)
     return [check_finite_unit_norm(embeddings, config), check_clusters_used(probs, config),
-            check_not_collapsed(embeddings, config)]
+            check_not_collapsed(encoder, config)]

@@ -48,6 +48,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hir_pipeline.contracts import ENTITY_TYPES
 from hir_pipeline.model.batch import pack_views
 from hir_pipeline.model.config import PUBLISHED_ENCODERS, ModelConfig, TrainConfig
 from hir_pipeline.model.distillation import (
@@ -63,6 +64,7 @@ from hir_pipeline.model.features import NodeFeatures
 from hir_pipeline.model.hierarchy import cluster_perplexity, hierarchy_consistency
 from hir_pipeline.model.hir_model import HIRModel
 from hir_pipeline.model.history import pair_exclusions
+from hir_pipeline.model.publication import published_rows
 from hir_pipeline.model.refine import spherical_kmeans
 from hir_pipeline.training.collate import augment_view, drop_node
 from hir_pipeline.training.parallel import Ranks, pad_cyclic
@@ -580,7 +582,9 @@ class Trainer:
 
     def infer(self, views: Sequence[Mapping[str, Any]] | None = None, which: str | None = None):
         """``infer`` with the published encoder (or ``which``: ``"student"`` / ``"teacher"``), its calibration
-        (:meth:`output_calibration`) and, unless ``views`` are given, its :meth:`training_views`."""
+        (:meth:`output_calibration`) and, unless ``views`` are given, its :meth:`training_views`. The clusters
+        are the transformer embedding's; the returned embeddings are the published rows
+        (:func:`~hir_pipeline.model.publication.published_rows`) when ``structure_score_weight`` is on."""
         from hir_pipeline.training.inference import infer
 
         which = which or self.cfg.published_encoder
@@ -590,7 +594,17 @@ class Trainer:
                     pad_to=self.cfg.pad_to, temperature=temperature, centers=centers)
         if self.cfg.prototype_refinement_iters > 0 and which not in self.refined:
             res = self._refine_prototypes(which, res)
-        return res
+        return self._published(res)
+
+    def _published(self, res):
+        """``res`` with the published rows as its embeddings when ``structure_score_weight`` is on."""
+        mc = self.model_cfg
+        if not mc.publishes_structure:
+            return res
+        is_user = self.features.node_type.cpu().numpy() == ENTITY_TYPES.index("user")
+        rows = published_rows(res.embeddings, self.features.structure.cpu().numpy(), mc.structure_score_weight,
+                              is_user)
+        return dataclasses.replace(res, embeddings=rows, encoder_embeddings=res.embeddings)
 
     def _refine_prototypes(self, which: str, res):
         """Refine ``which``'s prototypes on the embeddings of ``res`` (``TrainConfig.prototype_refinement_iters``,

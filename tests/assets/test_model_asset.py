@@ -157,7 +157,9 @@ def test_materialize_tracks_registers_and_writes_tables(spark, model_lake, first
         assert r.model_version == version and len(r.cluster_ids) == len(r.confidences) == len(LEVELS)
         assert all(0 <= c < k for c, k in zip(r.cluster_ids, LEVELS, strict=True))
         assert all(0 < p <= 1 for p in r.confidences)
-        assert abs(np.linalg.norm(r.embedding) - 1) < 1e-5 and len(r.embedding) == MODEL["out_dim"]
+        # published rows: transformer part, weighted structure part, unit-norm filler (structure_score_weight)
+        width = MODEL["out_dim"] + model_meta["model_config"]["structure_dim"] + 1
+        assert abs(np.linalg.norm(r.embedding) - 1) < 1e-5 and len(r.embedding) == width
     hierarchy = _outputs(spark, model_lake, "model_hierarchy")
     assert hierarchy.schema.simpleString() == spark.createDataFrame([], MODEL_HIERARCHY_DDL).schema.simpleString()
     protos = hierarchy.collect()
@@ -222,9 +224,8 @@ def test_stopped_training_resumes_to_the_same_model_and_replaces_rows(spark, mod
 
 @pytest.mark.slow
 def test_a_model_failing_its_output_checks_is_neither_written_nor_registered(spark, model_lake, first_run):
-    """Production thresholds on the tiny model publishing its learned prototypes (every node in one cluster; no
-    refinement) and a collapse threshold it cannot meet: the blocking checks fail, the run fails, the lake keeps the
-    first run's rows and no version is registered."""
+    """The tiny model publishing its learned prototypes (no refinement) and a collapse threshold it cannot meet: the
+    blocking check fails, the run fails, the lake keeps the first run's rows and no version is registered."""
     client = _client(model_lake)
     name = model_lake["mlflow"].registered_model
     versions_before = {v.version for v in client.search_model_versions(f"name = '{name}'")}
@@ -237,8 +238,10 @@ def test_a_model_failing_its_output_checks_is_neither_written_nor_registered(spa
     assert set(checks) == {"embeddings_finite_unit_norm", "every_level_uses_several_clusters",
                            "embedding_space_not_collapsed"}
     assert checks["embeddings_finite_unit_norm"].passed
-    assert not checks["every_level_uses_several_clusters"].passed  # the tiny model's one cluster per level
-    assert checks["every_level_uses_several_clusters"].metadata["clusters_used"].value == [1, 1]
+    # the tiny model's learned prototypes may leave a level with one cluster: the verdict says what was measured
+    used = checks["every_level_uses_several_clusters"].metadata["clusters_used"].value
+    assert len(used) == len(LEVELS) and all(1 <= u <= k for u, k in zip(used, LEVELS, strict=True))
+    assert checks["every_level_uses_several_clusters"].passed == all(u >= 2 for u in used)
     assert not checks["embedding_space_not_collapsed"].passed and all(e.blocking for e in checks.values())
     meta = {k: v.value for k, v in result.asset_materializations_for_node("interest_model")[0].metadata.items()}
     assert meta["outputs_written"] is False and meta["model_version"] == "none"

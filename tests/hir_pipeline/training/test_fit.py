@@ -173,4 +173,9 @@ def test_structure_embedding_width_is_fitted_and_fed(inputs, tmp_path):
     assert fitted.model_cfg.structure_dim == 5 and fitted.model.encoder.embed.structure_proj is not None
     off = fit_and_embed(with_rows, dataclasses.replace(MODEL, use_structure_embedding=False), TRAIN, tmp_path / "off")
     assert off.model.encoder.embed.structure_proj is None and off.fingerprint != fitted.fingerprint
-    assert not np.allclose(fitted.inference.embeddings, off.inference.embeddings, atol=1e-4)
+    # published rows: the transformer part, the weighted structure part and the unit-norm filler coordinate
+    assert fitted.inference.embeddings.shape == (inputs.num_nodes, MODEL.out_dim + 5 + 1)
+    np.testing.assert_allclose(np.linalg.norm(fitted.inference.embeddings, axis=1), 1.0, atol=1e-5)
+    alone = fit_and_embed(with_rows, dataclasses.replace(MODEL, structure_score_weight=0.0), TRAIN, tmp_path / "h")
+    assert alone.inference.embeddings.shape == (inputs.num_nodes, MODEL.out_dim)
+    assert not np.allclose(alone.inference.embeddings, off.inference.embeddings, atol=1e-4)  # the rows are fed

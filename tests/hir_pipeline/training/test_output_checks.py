@@ -64,6 +64,22 @@ def test_a_collapsed_space_fails_on_cosine_or_rank(healthy):
     assert not _verdicts(line, probs)[CHECK_NAMES[2]]
 
 
+def test_published_rows_with_the_structure_part_are_judged_by_the_encoder_embeddings(healthy):
+    """Published rows whose non-user rows share the filler coordinate look collapsed by construction; the collapse
+    check reads the transformer's own embeddings, the unit-norm check the published rows."""
+    from hir_pipeline.model.publication import published_rows
+
+    emb, probs = healthy
+    rng = np.random.default_rng(2)
+    structure = rng.normal(size=(200, 4)) * np.r_[[50.0], np.ones(199)][:, None]  # one very long row: R large
+    rows = published_rows(emb, structure, 1.0, np.arange(200) >= 195)  # row 0 is an item
+    assert not _verdicts(rows, probs)[CHECK_NAMES[2]]  # the filler alone makes the rows look alike
+    verdicts = {c.name: c.passed for c in check_outputs(rows, probs, encoder_embeddings=emb)}
+    assert verdicts == dict.fromkeys(CHECK_NAMES, True)
+    point = _unit(np.ones((200, 16)) + rng.normal(size=(200, 16)) * 0.01)
+    assert not {c.name: c.passed for c in check_outputs(rows, probs, encoder_embeddings=point)}[CHECK_NAMES[2]]
+
+
 def test_mean_pairwise_cosine_is_the_mean_over_distinct_pairs():
     emb = _unit(np.random.default_rng(2).normal(size=(30, 5)))
     sims = emb @ emb.T
