@@ -145,7 +145,7 @@ def test_each_collected_part_is_reported_to_progress(graph):
     lines: list[str] = []
     inputs = _load(graph, progress=lines.append)
     assert [line.split(" in ")[0] for line in lines] == [
-        "collected 12 nodes", "collected structure embeddings of 10 nodes (dim 64)",
+        "collected 12 nodes", f"collected structure embeddings of 10 nodes (dim {GraphConfig().structure_dim})",
         "collected 12 broad and 12 narrow views",
         f"collected content vectors of {len(graph['vectors'])} nodes (dim {DIM})",
         "collected 4 engagement pairs and 2 seen-only pairs"]
