@@ -82,9 +82,9 @@ def measure(data, users, items, item_clusters, user_clusters, k: int, settings=N
     from hir_pipeline.retrieval import build_index, exact_top_k, hierarchical_top_k
 
     index = own = None
-    if settings is not None:  # built once, outside the timing, as a server would hold it
-        level = settings.routing_level(len(item_clusters))
-        index, own = build_index(items, item_clusters, level), np.asarray(user_clusters[level])
+    level = None if settings is None else settings.routing_level(len(item_clusters))
+    if settings is not None:
+        own = np.asarray(user_clusters[level])
     facts: dict[str, list] = {"share": [], "probed": [], "seconds": []}
 
     def rank(batch, allowed):
@@ -106,6 +106,8 @@ def measure(data, users, items, item_clusters, user_clusters, k: int, settings=N
     for split in data.splits:
         for v in facts.values():
             v.clear()
+        if settings is not None:  # built per catalogue (the split's candidates), outside the timing, as a server would
+            index = build_index(items, item_clusters, level, members=data.candidates[split])
         per_user = evaluate_rankings(rank, data, k, splits=[split])[split]
         out[split] = {"recall": float(per_user.recall.mean()) if per_user.recall.size else float("nan"),
                       "scored_share": float(np.mean(facts["share"])) if facts["share"] else float("nan"),

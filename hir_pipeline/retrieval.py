@@ -3,7 +3,8 @@
 *Exact* retrieval scores every rankable item against the user vector. *Hierarchical* retrieval (IVF-style, with
 the model's own interest clusters as the inverted lists) scores only a candidate set:
 
-1. the centroid of each cluster of the *routing level* is the mean embedding of its member items;
+1. the centroid of each cluster of the *routing level* is the mean embedding of its member items (the items of
+   the catalogue being ranked: :func:`build_index`'s ``members``);
 2. the user is routed to ``clusters`` clusters: its own assigned cluster first (when given), then the clusters
    whose centroids have the highest dot product with the user vector; clusters passed as ``extra_clusters``
    (e.g. the strongest ``interest_supergraph`` neighbours of the user's cluster) are probed on top, and further
@@ -162,7 +163,8 @@ def _dense_centroids(items: np.ndarray, clusters: np.ndarray) -> tuple[np.ndarra
     return ids, dense, (sums / np.maximum(counts, 1)[:, None]).astype(np.float32)
 
 
-def build_index(items: np.ndarray, item_clusters: Sequence[np.ndarray], level: int) -> ClusterIndex:
+def build_index(items: np.ndarray, item_clusters: Sequence[np.ndarray], level: int,
+                members: np.ndarray | None = None) -> ClusterIndex:
     """The routing index of ``items`` at ``level``.
 
     Args:
@@ -170,6 +172,10 @@ def build_index(items: np.ndarray, item_clusters: Sequence[np.ndarray], level: i
         item_clusters: per level (coarsest first), int ``[I]`` cluster ID of each item (``-1``: none); IDs are any
             non-negative integers (published, stable IDs included).
         level: the routing level; the finest level (when finer) ranks candidates under a cap.
+        members: bool ``[I]``: the items the index holds (the catalogue being ranked, e.g. an evaluation split's
+            candidates); the others are in no cluster, so a centroid averages only items that can be returned
+            (``None``: every item). Why: published rows of different item populations differ in length (a cold
+            item's structure row is short), and a centroid dominated by items that cannot be returned routes badly.
     """
     items = np.asarray(items, dtype=np.float32)
     if not 0 <= level < len(item_clusters):
@@ -177,6 +183,9 @@ def build_index(items: np.ndarray, item_clusters: Sequence[np.ndarray], level: i
     for lvl, c in enumerate(item_clusters):
         if len(c) != len(items):
             raise ValueError(f"level {lvl} has {len(c)} cluster ids for {len(items)} items")
+    if members is not None:
+        keep = np.asarray(members, dtype=bool)
+        item_clusters = [np.where(keep, np.asarray(c, dtype=np.int64), -1) for c in item_clusters]
     route_ids, route, centroids = _dense_centroids(items, item_clusters[level])
     fine_level = len(item_clusters) - 1
     if fine_level > level:

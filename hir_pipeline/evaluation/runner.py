@@ -431,10 +431,11 @@ def hierarchical_rows(
     """
     settings = settings or HierarchicalSettings()
     level = settings.routing_level(len(item_clusters))
-    index = build_index(items, item_clusters, level)
     own = None if user_clusters is None else np.asarray(user_clusters[level])
     shares: list[np.ndarray] = []
     probed: list[np.ndarray] = []
+
+    index = None
 
     def hierarchical(batch: np.ndarray, allowed: np.ndarray) -> np.ndarray:
         got = hierarchical_top_k(users[batch], items, index, k, settings, allowed=allowed,
@@ -451,6 +452,7 @@ def hierarchical_rows(
     for split in data.splits:
         shares.clear()
         probed.clear()
+        index = build_index(items, item_clusters, level, members=data.candidates[split])  # the split's catalogue
         hier = summarize(evaluate_rankings(hierarchical, data, k, splits=[split]), k)[split][recall]
         full = summarize(evaluate_rankings(exact, data, k, splits=[split]), k)[split][recall]
         if not shares or not math.isfinite(hier):

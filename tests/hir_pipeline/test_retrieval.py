@@ -131,3 +131,27 @@ def test_a_prebuilt_index_gives_the_same_lists_and_must_route_at_the_settings_le
     np.testing.assert_array_equal(direct.scored, reused.scored)
     with pytest.raises(ValueError, match="the index routes at level 1, the settings at level 0"):
         hierarchical_top_k(users, items, build_index(items, levels, 1), 4, settings)
+
+
+def test_an_index_of_the_ranked_catalogue_averages_only_its_members():
+    """Centroids of the catalogue being ranked: a cluster whose returnable members are short rows next to long
+    non-members is routed by those members, not by the rows that cannot be returned."""
+    d = 4
+    items = np.zeros((8, d), dtype=np.float32)
+    items[:4, 0] = [0.2, 0.2, 5.0, 5.0]  # cluster 0: two short returnable rows, two long others
+    items[4:, 1] = [0.4, 0.4, 0.1, 0.1]  # cluster 1: all returnable, along another axis (centroid 0.25)
+    clusters = [np.array([0, 0, 0, 0, 1, 1, 1, 1])]
+    members = np.array([True, True, False, False, True, True, True, True])
+    everything, catalogue = build_index(items, clusters, 0), build_index(items, clusters, 0, members=members)
+    np.testing.assert_allclose(everything.centroids[0, 0], 2.6)
+    np.testing.assert_allclose(catalogue.centroids[0, 0], 0.2)  # the returnable members only
+    assert catalogue.route[2] == catalogue.route[3] == -1  # non-members are in no cluster
+    user = np.array([[1.0, 1.0, 0, 0]], dtype=np.float32)
+    one = HierarchicalSettings(level=0, clusters=1, candidate_share=0.0)
+    # the best returnable items are cluster 1's (0.4); routed by all rows the user would probe cluster 0 first
+    routed_all = hierarchical_top_k(user, items, everything, 2, one, allowed=members)
+    routed_catalogue = hierarchical_top_k(user, items, catalogue, 2, one, allowed=members)
+    assert set(routed_all.items[0]) == {0, 1}
+    assert set(routed_catalogue.items[0]) == {4, 5}
+    exact = exact_top_k(user, items, 2, members)
+    assert set(exact.items[0]) == {4, 5}
