@@ -26,8 +26,11 @@ partition (``mapInPandas``), and ``X = Y U diag(g^-1/2)`` over its eigenpairs ``
 (directions without support are dropped, so a graph with fewer nodes than ``p`` works). No RDD and no
 ``sparkContext`` are used (Spark Connect compatible); every iteration is localCheckpointed.
 
-Scale: the rows are divided by their mean norm (so the input is of the size of FastRP's unit rows), keeping
-their relative norms: a popular item's longer row is the popularity a dot-product ranking needs. Catalogue edges
+Scale and sign: the rows are divided by their mean norm (so the input is of the size of FastRP's unit rows),
+keeping their relative norms: a popular item's longer row is the popularity a dot-product ranking needs. An
+eigenvector's sign is arbitrary and floating-point sums in another order can flip it, so each column is signed
+by its projection on fixed pseudo-random node weights (:func:`column_signs_and_mean_norm`): the same graph gives
+the same rows from one run to the next. Catalogue edges
 are edges of ``W`` like any other, so a cold item is embedded from its campaign / category neighbourhood.
 """
 
@@ -41,7 +44,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.graph.config import GraphConfig
-from spark_jobs.graph.fastrp import STRUCTURE_COLUMN, adjacency, multiply, projection_row
+from spark_jobs.graph.fastrp import STRUCTURE_COLUMN, adjacency, multiply, projection_row, unit_interval
 
 #: Eigenvalues of a Gram matrix below this fraction of the largest are treated as zero (dropped directions).
 GRAM_FLOOR = 1e-10
@@ -118,6 +121,17 @@ def ritz_projection(t: np.ndarray, dim: int) -> np.ndarray:
     return out
 
 
+def column_signs_and_mean_norm(e: DataFrame, dim: int, seed: int) -> tuple[np.ndarray, float]:
+    """Per column ``j``, the sign of ``sum_i e_ij r_i`` (``r_i`` a fixed pseudo-random weight of node ``i`` in
+    ``(-1/2, 1/2)``, from ``xxhash64(node_idx, seed)``; a continuous function of the column, so rounding cannot flip
+    it, and symmetric graphs have no ties), and the mean row norm of ``e``; one Spark job."""
+    r = unit_interval(F.xxhash64(F.col("node_idx"), F.lit(int(seed)).cast("long"))) - F.lit(0.5)
+    norm = F.sqrt(F.aggregate("x", F.lit(0.0), lambda acc, v: acc + v * v))
+    row = e.agg(*[F.sum(F.col("x")[j] * r) for j in range(dim)], F.avg(norm)).first()
+    signs = np.array([-1.0 if (v or 0.0) < 0 else 1.0 for v in row[:dim]])
+    return signs, float(row[dim] or 0.0)
+
+
 def spectral_embeddings(index: DataFrame, edges: DataFrame, config: GraphConfig) -> DataFrame:
     """Spectral embedding of every node with at least one edge (see the module docstring).
 
@@ -144,7 +158,7 @@ def spectral_embeddings(index: DataFrame, edges: DataFrame, config: GraphConfig)
         x, width = times_matrix(y, b).localCheckpoint(), b.shape[1]
     projection = ritz_projection(cross_gram(x, multiply(m, x, width), width, width), dim)
     e = times_matrix(x, projection).localCheckpoint()
-    norm = F.sqrt(F.aggregate("x", F.lit(0.0), lambda acc, v: acc + v * v))
-    mean = e.select(F.avg(norm)).first()[0] or 0.0
-    scale = F.lit(1.0 / mean if mean > 0 else 0.0)
-    return e.select("node_idx", F.transform("x", lambda v: v * scale).cast("array<float>").alias(STRUCTURE_COLUMN))
+    signs, mean = column_signs_and_mean_norm(e, dim, config.seed)
+    factor = signs / (mean if mean > 0 else 1.0)
+    return times_matrix(e, np.diag(factor)).select(
+        "node_idx", F.col("x").cast("array<float>").alias(STRUCTURE_COLUMN))

@@ -101,7 +101,7 @@ def test_cold_items_get_a_structure_embedding_from_catalogue_edges(source, prepa
     pos = {e: i for i, e in enumerate(inputs.entity_ids)}
     for item in cold:
         assert not inputs.has_history[pos[item]]  # none of its events trained
-        assert np.linalg.norm(inputs.structure[pos[item]]) == pytest.approx(1.0, abs=1e-5)
+        assert np.linalg.norm(inputs.structure[pos[item]]) > 0  # a row from its campaign / category edges
     bronze = {"entities": entities, "relations": relations, "events": ev_a}
     off = prepare_evaluation(bronze, None, RUN, dataclasses.replace(
         CONFIG, graph=dataclasses.replace(GRAPH, structure_embedding=False)))[2]

@@ -154,6 +154,16 @@ def test_converges_to_the_truncated_svd_of_a_user_item_graph(spark):
 
 
 @pytest.mark.slow
+def test_the_same_graph_gives_the_same_rows_whatever_the_partitioning(spark):
+    """Eigenvector signs are fixed by a deterministic rule, so sums in another order cannot flip a column."""
+    entities, index, edges, pos, n = _graph(spark, 12, 10, seed=4)
+    first, _ = _matrix(spectral_embeddings(index, edges.coalesce(1), CFG), n, CFG.structure_dim)
+    shuffled = edges.repartition(7, "dst_idx").orderBy(F.rand(5))
+    second, _ = _matrix(spectral_embeddings(index.repartition(3), shuffled, CFG), n, CFG.structure_dim)
+    np.testing.assert_allclose(second, first, atol=1e-6)
+
+
+@pytest.mark.slow
 def test_a_graph_smaller_than_the_subspace(spark):
     """Fewer nodes than ``2 d + 8`` columns: directions without support are dropped, the rows keep width ``d``."""
     cfg = dataclasses.replace(CFG, structure_dim=8)
