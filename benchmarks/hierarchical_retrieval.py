@@ -81,9 +81,9 @@ def measure(data, users, items, item_clusters, user_clusters, k: int, settings=N
     from hir_pipeline.evaluation.scoring import evaluate_rankings
     from hir_pipeline.retrieval import build_index, exact_top_k, hierarchical_top_k
 
-    index = own = None
-    level = None if settings is None else settings.routing_level(len(item_clusters))
+    index = own = level = None
     if settings is not None:
+        level = settings.routing_level(len(item_clusters))
         own = np.asarray(user_clusters[level])
     facts: dict[str, list] = {"share": [], "probed": [], "seconds": []}
 

@@ -30,8 +30,8 @@ Scale and sign: the rows are divided by their mean norm (so the input is of the 
 keeping their relative norms: a popular item's longer row is the popularity a dot-product ranking needs. An
 eigenvector's sign is arbitrary and floating-point sums in another order can flip it, so each column is signed
 by its projection on fixed pseudo-random node weights (:func:`column_signs_and_mean_norm`): the same graph gives
-the same rows from one run to the next. Catalogue edges
-are edges of ``W`` like any other, so a cold item is embedded from its campaign / category neighbourhood.
+the same rows from one run to the next. Catalogue edges are edges of ``W`` like any other, so a cold item is
+embedded from its campaign / category neighbourhood.
 """
 
 from __future__ import annotations
@@ -74,10 +74,14 @@ def _stack(column: pd.Series, width: int) -> np.ndarray:
 def cross_gram(x: DataFrame, y: DataFrame, width_x: int, width_y: int) -> np.ndarray:
     """``X^T Y`` (``[width_x, width_y]``) of two ``node_idx, x`` frames, rows paired by ``node_idx``.
 
-    Each partition sums its rows' outer products in numpy; the driver adds the partial sums.
+    Each partition sums its rows' outer products in numpy; the driver adds the partial sums. ``X^T X`` (``y is
+    x``) reads ``x`` once, without a join.
     """
-    pairs = x.select("node_idx", F.col("x").alias("a")).join(y.select("node_idx", F.col("x").alias("b")),
-                                                              "node_idx")
+    if y is x:
+        pairs = x.select(F.col("x").alias("a"), F.col("x").alias("b"))
+    else:
+        pairs = x.select("node_idx", F.col("x").alias("a")).join(y.select("node_idx", F.col("x").alias("b")),
+                                                                  "node_idx")
 
     def partial(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         acc = np.zeros((width_x, width_y))
