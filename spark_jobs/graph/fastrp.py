@@ -22,8 +22,9 @@ from its campaign / category neighbourhood. Nodes without any edge get no row (`
 Representation. Each iteration joins the edges with the current ``(node_idx, x array<double>)`` rows and sums the
 ``d`` coordinates in one hash aggregation (``d`` ``sum`` aggregates, partially aggregated before the shuffle),
 then localCheckpoints the result so the lineage stays one iteration deep. A long ``(node, dim, value)`` layout
-(``benchmarks/structure_embedding.py``) shuffles ``d`` rows per edge instead of one and was slower. No RDD and no
-``sparkContext`` are used (Spark Connect compatible).
+would shuffle ``d`` rows per edge instead of one. One vector aggregate (``Summarizer.sum``) instead of ``d`` sums
+compiles faster on a small graph but was slower and larger at 3 * 10^5 events (``benchmarks/graph_build.py``).
+No RDD and no ``sparkContext`` are used (Spark Connect compatible).
 """
 
 from __future__ import annotations
