@@ -36,12 +36,18 @@ def tiny_source(spark, tmp_path_factory) -> Path:
     return out
 
 
+#: A small spectral structure embedding (8 dimensions, 3 power iterations): the defaults' code path at a fraction of
+#: their Spark jobs on test-sized graphs (tests/spark_jobs/graph/test_spectral.py tests the algorithm itself).
+SMALL_STRUCTURE = {"structure_dim": 8, "structure_power_iterations": 3}
+
+
 def make_resources(spark, lake_root: Path, source: str | Path, mlflow_dir: Path | None = None,
                    graph: GraphSettingsResource | None = None, model: ModelSettingsResource | None = None,
                    source_id: str | None = None) -> dict:
     """Real resources over a temporary lake; the Spark resource reuses the test session.
 
-    ``graph`` / ``model``: the graph / model settings (default: the production defaults). ``source_id``: the
+    ``graph`` / ``model``: the graph / model settings (default: the production defaults, with the
+    :data:`SMALL_STRUCTURE` embedding). ``source_id``: the
     source's name in the lake (a later export of a source in another folder names the first one's).
     """
     mlflow_dir = mlflow_dir or lake_root.parent / "mlflow"
@@ -52,7 +58,7 @@ def make_resources(spark, lake_root: Path, source: str | Path, mlflow_dir: Path 
         "mlflow": MLflowResource(tracking_uri=f"sqlite:///{mlflow_dir / 'mlflow.db'}",
                                  artifact_location=(mlflow_dir / "artifacts").as_uri()),
         "source": SourceResource(location=str(source), source_id=source_id),
-        "graph_settings": graph or GraphSettingsResource(),
+        "graph_settings": graph or GraphSettingsResource(**SMALL_STRUCTURE),
         "model_settings": model or ModelSettingsResource(),
     }
 

@@ -25,11 +25,12 @@ from hir_pipeline.model.config import ModelConfig, TrainConfig
 from resources import GraphSettingsResource, ModelSettingsResource
 from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL
 from spark_jobs.delta_io import read_table
-from tests.assets.conftest import RUN_DATE, make_resources
+from tests.assets.conftest import RUN_DATE, SMALL_STRUCTURE, make_resources
 
 DAY = dt.date.fromisoformat(RUN_DATE)
 #: The training graph's settings: the graph_settings resource the graph assets share.
-GRAPH_SETTINGS = GraphSettingsResource(broad_fanout=[6, 2], narrow_fanout=[4], max_view_nodes=20, max_dist=3, seed=1)
+GRAPH_SETTINGS = GraphSettingsResource(broad_fanout=[6, 2], narrow_fanout=[4], max_view_nodes=20, max_dist=3,
+                                         seed=1, **SMALL_STRUCTURE)
 CONFIG = {
     "split": {"min_target_users": 5}, "baselines": ["popularity", "als", "lightgcn", "content", "random"],
     "als": {"factors": [8], "regularization": [0.1], "alpha": [1.0], "iterations": 5},

@@ -27,7 +27,7 @@ from resources import GraphSettingsResource
 from spark_jobs.delta_io import latest_version, read_run_date, read_table
 from spark_jobs.graph import GraphConfig
 from spark_jobs.graph.snapshots import increment_blocker, views_fingerprint
-from tests.assets.conftest import RUN_DATE, make_resources
+from tests.assets.conftest import RUN_DATE, SMALL_STRUCTURE, make_resources
 
 GRAPH_ASSETS = [graph_edges, graph_nodes, graph_views]
 GRAPH_TABLES = ("graph_edges", "graph_nodes", "graph_views")
@@ -38,7 +38,7 @@ NEXT_DATE = (dt.date.fromisoformat(RUN_DATE) + dt.timedelta(days=1)).isoformat()
 #: spark_jobs.graph.views), which in this catalog-heavy synthetic graph is nearly every anchor, so the increment
 #: would recompute almost everything and prove little.
 GRAPH_CONFIG = {"broad_fanout": [6, 3], "narrow_fanout": [4], "max_view_nodes": 24, "hub_cap": 12, "seed": 3,
-                "half_life_days": 1e12}
+                "half_life_days": 1e12, **SMALL_STRUCTURE}
 GRAPH_SETTINGS = GraphSettingsResource(**GRAPH_CONFIG)
 
 

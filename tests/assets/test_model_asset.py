@@ -19,12 +19,13 @@ from resources import GraphSettingsResource, ModelSettingsResource
 from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL
 from spark_jobs.delta_io import read_table, replace_run_date
 from spark_jobs.graph import build_edges, build_nodes, build_views
-from tests.assets.conftest import RUN_DATE, make_resources
+from tests.assets.conftest import RUN_DATE, SMALL_STRUCTURE, make_resources
 from tests.dagster_instance import ephemeral_instance
 
 DAY = dt.date.fromisoformat(RUN_DATE)
 #: max_dist 3, not the default 4: the model's follows it.
-GRAPH_SETTINGS = GraphSettingsResource(broad_fanout=[4, 2], narrow_fanout=[3], max_view_nodes=12, max_dist=3, seed=1)
+GRAPH_SETTINGS = GraphSettingsResource(broad_fanout=[4, 2], narrow_fanout=[3], max_view_nodes=12, max_dist=3,
+                                         seed=1, **SMALL_STRUCTURE)
 GRAPH = GRAPH_SETTINGS.graph_config()
 CONTENT_DIM = 12
 LEVELS = [2, 4]

@@ -16,11 +16,12 @@ from hir_pipeline.contracts import MANIFEST_TABLE, OUTPUT_TABLES, output_ddl
 from hir_pipeline.definitions import MAINTENANCE_GROUP
 from resources import GraphSettingsResource, ModelSettingsResource
 from spark_jobs.delta_io import read_table
-from tests.assets.conftest import RUN_DATE, ingestion_run_config, make_resources
+from tests.assets.conftest import RUN_DATE, SMALL_STRUCTURE, ingestion_run_config, make_resources
 from tests.tiny_models import build_tiny_text_model
 
 #: One set of graph settings for the graph assets and the evaluation (the graph_settings resource).
-GRAPH = GraphSettingsResource(broad_fanout=[6, 2], narrow_fanout=[4], max_view_nodes=20, max_dist=3, seed=1)
+GRAPH = GraphSettingsResource(broad_fanout=[6, 2], narrow_fanout=[4], max_view_nodes=20, max_dist=3, seed=1,
+                              **SMALL_STRUCTURE)
 #: One set of model settings for interest_model and the evaluation (the model_settings resource).
 MODEL = ModelSettingsResource(
     model={"level_sizes": [2, 4, 8], "hidden_dim": 16, "num_layers": 1, "num_heads": 2, "out_dim": 8,

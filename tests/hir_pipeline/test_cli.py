@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hir_pipeline.cli import build_parser
+from tests.assets.conftest import SMALL_STRUCTURE
 
 
 def _hir(args: list[str], state: Path, timeout: int = 900) -> subprocess.CompletedProcess:
@@ -134,7 +136,8 @@ def test_evaluate_standalone_prints_and_writes_the_report(spark, tmp_path):
     model = "{hidden_dim: 16, num_layers: 1, num_heads: 2, out_dim: 16, level_sizes: [4, 16, 64]}"
     (tmp_path / "eval.yaml").write_text(
         "ops:\n  evaluation_report:\n    config:\n      baselines: [popularity, content]\n"
-        f"resources:\n  model_settings:\n    config:\n      model: {model}\n      train: {{epochs: 1}}\n")
+        f"resources:\n  model_settings:\n    config:\n      model: {model}\n      train: {{epochs: 1}}\n"
+        f"  graph_settings:\n    config: {json.dumps(SMALL_STRUCTURE)}\n")
     lake, report = tmp_path / "lake", tmp_path / "report.md"
     proc = _hir(["evaluate", "--source", str(tmp_path / "src"), "--lake", str(lake),
                  "--config", str(tmp_path / "eval.yaml"), "--report", str(report)], tmp_path)

@@ -26,6 +26,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from tests.assets.conftest import SMALL_STRUCTURE
 from tests.operations.conftest import RUN_DATE
 
 NIGHTLY_GROUPS = ("ingestion", "knowledge", "graph")
@@ -87,7 +88,7 @@ def nightly(spark, ops_source, tmp_path_factory) -> Nightly:
             "bronze_tables": {"config": {"window": "all"}},
             "content_embeddings": {"config": {"text_model": str(text_model),
                                               "image_model": str(build_tiny_image_model(root / "models" / "image"))}},
-        }}
+        }, "resources": {"graph_settings": {"config": SMALL_STRUCTURE}}}
         # the sensor's first tick happens before the nightly run
         before = dg.evaluate_automation_conditions(defs=auto_defs, instance=instance)
         assert before.total_requested == 0
