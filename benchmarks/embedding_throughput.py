@@ -12,7 +12,7 @@ models in every process); the baseline's model is loaded before its clock starts
 shows the steady-state throughput without that one-off cost; the workers' cold start is reported as the first run's
 time minus run 4's (same number of texts).
 
-Targets: Spark path >= 1.0x the baseline's entities/s; second run <= 10% of the first run's time. Text-only
+Targets: Spark path >= 1.0x the baseline's entities/s; second run <= 5% of the first run's time (issue 24). Text-only
 entities are used so both sides do the same work (the Spark side also hashes attributes and fuses).
 
 The asset runs at its configured ``precision`` (default ``auto``: by measurement, see
@@ -197,7 +197,7 @@ def main() -> None:
     print(f"ratio_vs_encode = {result['ratio_vs_encode']:.3f} (target >= 1.0; cold workers), "
           f"ratio_vs_encode_warm = {result['ratio_vs_encode_warm']:.3f}, "
           f"ratio_vs_encode_same_precision = {result['ratio_vs_encode_same_precision']:.3f}, "
-          f"rerun_fraction = {result['rerun_fraction']:.3f} (target <= 0.10)")
+          f"rerun_fraction = {result['rerun_fraction']:.3f} (target <= 0.05)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2))
