@@ -82,10 +82,13 @@ class Daemon:
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("DAGSTER_", "HIR_"))}
         environ.update(DAGSTER_HOME=str(self.home), HIR_TEST_RUN_DIR=str(self.runs), PYTHONPATH=str(REPO),
                        PYTHONUNBUFFERED="1", **env)
+        # The instance's SQLite storages are created (and stamped with their schema revision) here, before any
+        # other process opens them: the daemon, its code server and this process creating them at once could stamp
+        # one database twice ("more than one head" from alembic, seen once in a full-suite run).
+        self.instance = dg.DagsterInstance.from_config(str(self.home))
         # started in the test folder, away from a checkout's .env (which would name another instance)
         self.service = Service([str(VENV_BIN / "dagster-daemon"), "run", "-f", str(DEFS)], tmp_path / "daemon.log",
                                environ, cwd=tmp_path)
-        self.instance = dg.DagsterInstance.from_config(str(self.home))
 
     def wait(self, predicate, timeout_s: float, what: str):
         return wait_for(predicate, timeout_s, what, every_s=0.5, proc=self.service.proc, log=self.service.log)
