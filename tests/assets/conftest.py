@@ -47,8 +47,8 @@ def make_resources(spark, lake_root: Path, source: str | Path, mlflow_dir: Path 
     """Real resources over a temporary lake; the Spark resource reuses the test session.
 
     ``graph`` / ``model``: the graph / model settings (default: the production defaults, with the
-    :data:`SMALL_STRUCTURE` embedding). ``source_id``: the
-    source's name in the lake (a later export of a source in another folder names the first one's).
+    :data:`SMALL_STRUCTURE` embedding). ``source_id``: the source's name in the lake (a later export of a source in
+    another folder names the first one's).
     """
     mlflow_dir = mlflow_dir or lake_root.parent / "mlflow"
     mlflow_dir.mkdir(parents=True, exist_ok=True)
