@@ -146,8 +146,11 @@ def _resolve_partition(source: str, partition: str | None) -> tuple[str, str, st
     from hir_pipeline.settings import default_spark_master
     from resources import SourceResource, SparkResource
     from spark_jobs.ingestion.labels import IngestConfig
-    from spark_jobs.ingestion.reader import event_date_span, read_source
+    from spark_jobs.ingestion.reader import check_source_folder, event_date_span, read_source
+    from spark_jobs.ingestion.sources.spec import BUILTIN_SOURCES
 
+    if source not in BUILTIN_SOURCES:
+        check_source_folder(source)  # before Spark starts: a mistyped path fails at once
     if partition:  # fail fast on a malformed date
         try:
             dt.date.fromisoformat(partition)

@@ -55,6 +55,13 @@ def _local_path(uri: str) -> Path:
     return Path(urlparse(uri).path if uri.startswith("file:") else uri)
 
 
+def check_source_folder(root: str) -> None:
+    """Raise :class:`SourceError` when ``root`` is a local folder that does not exist (no Spark needed: callers check
+    this before starting a session, so a mistyped path fails in a moment). Remote URIs are checked when read."""
+    if _is_local(root) and not _local_path(root).is_dir():
+        raise SourceError(f"source folder {root} does not exist")
+
+
 def _locate(spark: SparkSession, root: str, table: str) -> tuple[str, str]:
     """Return (format, path) of one source table."""
     if _is_local(root):
@@ -208,8 +215,7 @@ def read_source(spark: SparkSession, root: str) -> dict[str, DataFrame]:
     Returns:
         ``{"entities": df, "relations": df, "events": df}``, each conformed by :func:`conform`.
     """
-    if _is_local(root) and not _local_path(root).is_dir():
-        raise SourceError(f"source folder {root} does not exist")
+    check_source_folder(root)
     tables: dict[str, DataFrame] = {}
     for table in SOURCE_TABLES:
         fmt, path = _locate(spark, root, table)

@@ -58,7 +58,6 @@ def test_instance_is_the_environment_then_the_env_file_then_the_default(tmp_path
     assert cli.dagster_home() == tmp_path / "explicit"
 
 
-@pytest.mark.slow
 def test_missing_source_is_one_clear_line_and_writes_nothing(tmp_path):
     lake = tmp_path / "lake"
     proc = _hir(["materialize", "--source", str(tmp_path / "nope"), "--lake", str(lake)], tmp_path)
@@ -66,6 +65,8 @@ def test_missing_source_is_one_clear_line_and_writes_nothing(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("hir: error:")]
     assert errors == [f"hir: error: source folder {tmp_path / 'nope'} does not exist"]
     assert not lake.exists()
+    # checked before a Spark session starts: the run log, which gets the JVM's console output, stayed empty
+    assert [log.read_text() for log in (tmp_path / "logs").glob("materialize-*.log")] == [""]
 
 
 @pytest.mark.slow
