@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 
 from hir_pipeline.cli import build_parser
 from tests.assets.conftest import SMALL_STRUCTURE
@@ -129,15 +130,20 @@ def test_evaluate_reads_the_evaluation_config_of_a_run_config_file(tmp_path):
 
 @pytest.mark.slow
 def test_evaluate_standalone_prints_and_writes_the_report(spark, tmp_path):
-    """``hir evaluate`` on a synthetic source folder: ingestion, content, evaluation; table printed and written."""
+    """``hir evaluate`` on a synthetic source folder: ingestion, content, evaluation; table printed and written.
+
+    The file's config of every asset ``hir evaluate`` runs applies: here a tiny text model for content_embeddings."""
     from spark_jobs.ingestion.sources.synthetic import SyntheticConfig, write_synthetic_source
+    from tests.tiny_models import build_tiny_text_model
 
     write_synthetic_source(spark, SyntheticConfig(seed=5, n_events=3_000, n_products=80, n_advertisers=16, days=4),
                            tmp_path / "src")
+    text_model = build_tiny_text_model(tmp_path / "text", seed=0)
     model = "{hidden_dim: 16, num_layers: 1, num_heads: 2, out_dim: 16, level_sizes: [4, 16, 64]}"
     (tmp_path / "eval.yaml").write_text(
         # one epoch of a 16-wide model is not held to the promotion gate here (the gate: tests/assets)
         "ops:\n  evaluation_report:\n    config:\n      baselines: [popularity, content]\n      gate_tolerance: 1.0\n"
+        f"  content_embeddings:\n    config: {{text_model: {json.dumps(str(text_model))}}}\n"
         f"resources:\n  model_settings:\n    config:\n      model: {model}\n      train: {{epochs: 1}}\n"
         f"  graph_settings:\n    config: {json.dumps(SMALL_STRUCTURE)}\n")
     lake, report = tmp_path / "lake", tmp_path / "report.md"
@@ -152,6 +158,9 @@ def test_evaluate_standalone_prints_and_writes_the_report(spark, tmp_path):
     metrics = spark.read.format("delta").load(str(lake / "evaluation_metrics"))
     assert {r.method for r in metrics.select("method").distinct().collect()} == {"hir", "hir_mean_user", "popularity",
                                                                               "content"}
+    content = spark.read.format("delta").load(str(lake / "content_embeddings"))
+    widths = {r.width for r in content.select(F.size("text_embedding").alias("width")).distinct().collect()}
+    assert widths == {32}  # the tiny model's width (build_tiny_text_model), not the default MiniLM's 384
 
 
 @pytest.mark.parametrize(("argv", "message"), [
