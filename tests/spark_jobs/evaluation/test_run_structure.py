@@ -17,7 +17,8 @@ from spark_jobs.graph import GraphConfig, build_edges, build_nodes
 from spark_jobs.graph.fastrp import STRUCTURE_COLUMN
 
 RUN = dt.date(2024, 5, 31)
-GRAPH = GraphConfig(broad_fanout=(3,), narrow_fanout=(2,), max_view_nodes=6, max_dist=2, seed=2, structure_dim=8)
+GRAPH = GraphConfig(broad_fanout=(3,), narrow_fanout=(2,), max_view_nodes=6, max_dist=2, seed=2, structure_dim=8,
+                    structure_power_iterations=3)
 SPLIT = SplitConfig(holdout_fraction=0.2, cold_item_fraction=0.1, min_target_users=1, seed=1)
 USERS, ITEMS = 8, 10
 CONFIG = EvaluationJobConfig(split=SPLIT, graph=GRAPH, model=ModelConfig(max_dist=GRAPH.max_dist))

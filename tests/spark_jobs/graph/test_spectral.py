@@ -125,21 +125,23 @@ def test_spark_equals_numpy_reference(spark, cfg):
     np.testing.assert_allclose(np.linalg.norm(got[has], axis=1).mean(), 1.0, rtol=1e-6)
 
 
-@pytest.mark.slow
 def test_converges_to_the_truncated_svd_of_a_user_item_graph(spark):
     """Enough iterations give the exact top eigenpairs; on a bipartite graph the user-item scores are then the
-    truncated SVD's ``U_d S_d V_d^T`` of the normalised interaction matrix (halved)."""
+    truncated SVD's ``U_d S_d V_d^T`` of the normalised interaction matrix (halved). A property of the algorithm,
+    checked on its numpy reference from the Spark start rows: Spark computes that reference's rows exactly
+    (:func:`test_spark_equals_numpy_reference`), so 40 rounds of Spark jobs would add nothing but minutes."""
     cfg = dataclasses.replace(CFG, structure_dim=3, structure_power_iterations=40, structure_weight_exponent=0.0)
     entities, index, edges, pos, n = _graph(spark, 30, 16, seed=2)
     users = edges.where(F.col("src_idx").isin([pos[f"u{i}"] for i in range(30)]))
     bipartite = users.unionByName(users.select(F.col("dst_idx").alias("src_idx"), F.col("src_idx").alias("dst_idx"),
                                                "weight"))
-    got, has = _matrix(spectral_embeddings(index, bipartite, cfg), n, cfg.structure_dim)
     src, dst, w = _edge_arrays(bipartite)
     m = normalised_matrix(n, src, dst, w, cfg)
+    has = np.diff(m.indptr) > 0
+    got = subspace_reference(m, _start_rows(index, n, cfg, has), cfg)
     exact = exact_reference(m, cfg.structure_dim)
     exact = exact / np.linalg.norm(exact[has], axis=1).mean()
-    np.testing.assert_allclose(got @ got.T, exact @ exact.T, atol=1e-4)  # float32 rows, 40 iterations
+    np.testing.assert_allclose(got @ got.T, exact @ exact.T, atol=1e-4)
     u_rows = [pos[f"u{i}"] for i in range(30)]
     i_rows = [pos[f"i{j}"] for j in range(16)]
     b = m[u_rows][:, i_rows].toarray()
