@@ -1,16 +1,18 @@
-"""Human-readable cluster labels: the terms that set a cluster's members apart from its parent cluster.
+"""Human-readable cluster labels: the terms that set a cluster's members apart from the catalogue (or the parent).
 
 An entity's terms are the words of its title, its description and the *values* of its ``attributes`` JSON (a
 genre, a brand, a category name; never the keys), each counted once per entity. A term scores
 ``p_c * ln(p_c / p)`` in a cluster, with ``p_c`` the share of the cluster's labelled members that hold it and ``p``
 its share in the cluster's comparison set: its log-lift weighted by its support (one term of the KL divergence of
-the cluster's term distribution from the comparison set's). The comparison set is the parent cluster (the level's
-members under the same parent: the cluster and its siblings; an only child looks one level further up) and, at
-the coarsest level, the whole catalogue. ``p`` is taken entity type by entity type and weighted by the cluster's
-own type mix, so a cluster of movies is compared with the movies of its comparison set: a word most entities of a
-type share (a description template such as "Genres: ... Released ...", boilerplate) has a lift near 1 and scores
-near zero however frequent it is, even where other types lack it; a word frequent in the cluster and rare among
-its comparison set scores highest; a rare word held by a few members scores little.
+the cluster's term distribution from the comparison set's). The comparison set (:data:`LabelComparison`) is the
+whole catalogue by default (a label says what its members are about; an interest that the model splits into sibling
+clusters gives each of them its own words), or the parent cluster (the level's members under the same parent: the
+cluster and its siblings; an only child looks one level further up; the catalogue at the coarsest level: a label
+then says what sets a cluster apart from its siblings). ``p`` is taken entity type by entity type and weighted by
+the cluster's own type mix, so a cluster of movies is compared with the movies of its comparison set: a word most
+entities of a type share (a description template such as "Genres: ... Released ...", boilerplate) has a lift near 1
+and scores near zero however frequent it is, even where other types lack it; a word frequent in the cluster and
+rare among its comparison set scores highest; a rare word held by a few members scores little.
 
 Sibling clusters (same parent; the roots at level 0) never share a label term: siblings are labelled largest first
 and a term already taken by a sibling is passed over for the cluster's next distinguishing term.
@@ -26,6 +28,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 #: Split on anything that is not a lower-case letter or digit (text is lower-cased first); Java-compatible.
 SPLIT_PATTERN = r"[^a-z0-9]+"
@@ -123,6 +126,10 @@ class LevelTerms:
     references: Mapping[int, TermCounts]
 
 
+#: What a cluster's terms are compared with: ``"catalogue"`` (every member of the level) or ``"parent"`` (the members
+#: under its parent cluster, :func:`reference_keys`).
+LabelComparison = Literal["catalogue", "parent"]
+
 #: A comparison set of one level: ``(depth, ancestor)`` = the level's members under the cluster ``depth`` levels
 #: up; :data:`WHOLE_LEVEL` = every member of the level (the catalogue: every entity is assigned at every level).
 RefKey = tuple[int, int]
@@ -162,16 +169,21 @@ def in_reference(chain: Sequence[int], key: RefKey) -> bool:
     return key == WHOLE_LEVEL or (len(chain) >= depth and chain[depth - 1] == ancestor)
 
 
-def reference_keys(sizes: Mapping[int, int], chains: Mapping[int, Sequence[int]]) -> dict[int, RefKey]:
-    """Each cluster's comparison set: the members of the level under its parent (itself and its siblings).
+def reference_keys(sizes: Mapping[int, int], chains: Mapping[int, Sequence[int]],
+                   comparison: LabelComparison = "catalogue") -> dict[int, RefKey]:
+    """Each cluster's comparison set: the whole level, or with ``comparison="parent"`` the members of the level
+    under its parent (itself and its siblings).
 
-    A cluster that holds all of its parent's members at the level (an only child) is compared one level further
-    up, and so on; the roots, and clusters without a parent, are compared with the whole level.
+    Compared with its parent, a cluster that holds all of its parent's members at the level (an only child) is
+    compared one level further up, and so on; the roots, and clusters without a parent, with the whole level.
 
     Args:
         sizes: cluster -> labelled members.
         chains: cluster -> its ancestors, parent first (:func:`ancestor_chains`); missing: none.
+        comparison: ``"catalogue"`` or ``"parent"`` (:data:`LabelComparison`).
     """
+    if comparison == "catalogue":
+        return {cluster: WHOLE_LEVEL for cluster in sizes}
     group: Counter[RefKey] = Counter()
     for cluster, n in sizes.items():
         for depth, ancestor in enumerate(chains.get(cluster, ()), 1):
@@ -205,6 +217,7 @@ def count_level_terms(
     clusters: Mapping[str, int],
     chains: Mapping[int, Sequence[int]] | None = None,
     types: Mapping[str, str] | None = None,
+    comparison: LabelComparison = "catalogue",
 ) -> LevelTerms:
     """:class:`LevelTerms` of one level from in-memory entities (the twin of the Spark aggregation).
 
@@ -213,6 +226,7 @@ def count_level_terms(
         clusters: entity -> its cluster at the level; entities missing here are not counted.
         chains: cluster -> its ancestors, parent first (:func:`ancestor_chains`); None: every cluster is a root.
         types: entity -> its entity type; None or missing: one type for all.
+        comparison: what each cluster is compared with (:func:`reference_keys`).
     """
     members: dict[int, Counter[str]] = defaultdict(Counter)
     counts: dict[int, dict[str, dict[str, int]]] = defaultdict(dict)
@@ -224,7 +238,7 @@ def count_level_terms(
         _add(counts[cluster], {term: {etype: 1} for term in set(held)})
     own = {c: TermCounts(dict(members[c]), counts[c]) for c in members}
     chains = chains or {}
-    keys = reference_keys({c: t.size for c, t in own.items()}, chains)
+    keys = reference_keys({c: t.size for c, t in own.items()}, chains, comparison)
     sets: dict[RefKey, TermCounts] = {}
     for key, parts in reference_members(keys.values(), own, chains).items():
         ref_members: Counter[str] = Counter()

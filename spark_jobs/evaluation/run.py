@@ -361,8 +361,7 @@ def label_purity_level_rows(
 ) -> list[MetricRow]:
     """Label purity rows (:mod:`hir_pipeline.evaluation.label_purity`) of the model level paired with the finest
     planted level (``level2``): its clusters labelled as a publication labels them (the same terms, the same
-    label settings, each cluster compared with its parent cluster and distinct among its siblings under the
-    model's tree).
+    label settings and comparison sets, distinct among its siblings under the model's tree).
 
     Args:
         entities: bronze entities (``entity_id, entity_type, title, description, attributes``).
@@ -393,7 +392,8 @@ def label_purity_level_rows(
                                     int(clusters.level_sizes[lvl])))
         parents.append({c: int(p) for c, p in enumerate(up)})
     chains = ancestor_chains(parents, level, set(members.values()))
-    labels = level_labels(count_level_terms(terms, members, chains, types), chains, settings.label_terms)
+    labels = level_labels(count_level_terms(terms, members, chains, types, settings.label_comparison), chains,
+                          settings.label_terms)
     fine = {e: (truth.get(e) or {}).get("level2") for e in members}
     return label_purity_rows(label_purity(labels, members, fine, vocabularies), vocabularies, level)
 

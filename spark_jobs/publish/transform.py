@@ -27,6 +27,7 @@ from hir_pipeline.publish.labels import (
     SPLIT_PATTERN,
     STOPWORDS,
     TERM_PATTERN,
+    LabelComparison,
     LevelTerms,
     TermCounts,
     ancestor_chains,
@@ -51,8 +52,10 @@ class PublishSettings:
         top_members: entity IDs listed per cluster in ``cluster_profiles.top_members``.
         top_member_types: entity types eligible as top members (content entities by default: user IDs say
             nothing to a reader and are personal data).
-        label_terms: terms in a cluster label (those that most set its members apart from their parent cluster,
-            the catalogue at level 0: :mod:`hir_pipeline.publish.labels`).
+        label_terms: terms in a cluster label (those that most set its members apart from their comparison set:
+            :mod:`hir_pipeline.publish.labels`).
+        label_comparison: what a cluster's terms are compared with: ``"catalogue"`` (the whole level: a label says
+            what the cluster is about) or ``"parent"`` (its parent cluster: what sets it apart from its siblings).
         label_entity_types: entity types whose text and attribute values make the labels (content entities by
             default: users' attributes are personal data and say little about an interest).
         max_terms_per_cluster: most frequent terms per cluster brought to the driver for the lift ranking
@@ -64,6 +67,7 @@ class PublishSettings:
     top_members: int = 10
     top_member_types: tuple[str, ...] = CONTENT_ENTITY_TYPES
     label_terms: int = 3
+    label_comparison: LabelComparison = "catalogue"
     label_entity_types: tuple[str, ...] = CONTENT_ENTITY_TYPES
     max_terms_per_cluster: int = 200
     supergraph_edge_types: tuple[str, ...] | None = None
@@ -248,6 +252,7 @@ def level_term_counts(
     terms: DataFrame,
     parents: Sequence[Mapping[int, int | None]],
     max_terms: int,
+    comparison: LabelComparison = "catalogue",
 ) -> dict[int, tuple[LevelTerms, dict[int, tuple[int, ...]]]]:
     """Per level, the :class:`~hir_pipeline.publish.labels.LevelTerms` of its clusters (and their ancestor chains),
     aggregated in Spark: the twin of :func:`hir_pipeline.publish.labels.count_level_terms`.
@@ -261,6 +266,7 @@ def level_term_counts(
         terms: :func:`entity_terms` (one row per entity and distinct term).
         parents: per level, published cluster -> published parent (None at level 0).
         max_terms: each cluster's most frequent terms brought to the driver.
+        comparison: what each cluster is compared with (:func:`~hir_pipeline.publish.labels.reference_keys`).
     """
     spark = assignments.sparkSession
     labelled = assignments.select("entity_id", "level", "cluster_id").join(
@@ -270,7 +276,8 @@ def level_term_counts(
     chains, keys, rows = {}, {}, []
     for level, sizes in members.items():
         chains[level] = ancestor_chains(parents, level, sizes)
-        keys[level] = reference_keys({c: sum(by_type.values()) for c, by_type in sizes.items()}, chains[level])
+        keys[level] = reference_keys({c: sum(by_type.values()) for c, by_type in sizes.items()}, chains[level],
+                                     comparison)
         for key, parts in reference_members(keys[level].values(), sizes, chains[level]).items():
             rows += [(level, c, *key) for c in parts]
     # (level, cluster) -> every comparison set it is part of; and the one each cluster is compared with
@@ -309,8 +316,8 @@ def cluster_labels(
     parents: Sequence[Mapping[int, int | None]],
     settings: PublishSettings,
 ) -> dict[tuple[int, int], list[str]]:
-    """(level, published cluster) -> the terms that most set its members apart from its parent cluster (the
-    catalogue at level 0), distinct among siblings.
+    """(level, published cluster) -> the terms that most set its members apart from their comparison set (the
+    catalogue or the parent cluster: ``settings.label_comparison``), distinct among siblings.
 
     Args:
         assignments: published assignments (``entity_id, level, cluster_id``).
@@ -319,7 +326,7 @@ def cluster_labels(
         settings: terms per label, labelled entity types, terms brought to the driver.
     """
     terms = entity_terms(entities, settings.label_entity_types).persist()
-    levels = level_term_counts(assignments, terms, parents, settings.max_terms_per_cluster)
+    levels = level_term_counts(assignments, terms, parents, settings.max_terms_per_cluster, settings.label_comparison)
     terms.unpersist()
     out: dict[tuple[int, int], list[str]] = {}
     for level, (counts, chains) in levels.items():

@@ -211,7 +211,8 @@ def test_entity_terms_match_the_in_memory_twin(spark):
     assert "noir" in got["m1"] and "kitchen" in got["a1"] and "department" not in got["a1"]
 
 
-def test_label_counts_and_labels_match_the_in_memory_twin(spark):
+@pytest.mark.parametrize("comparison", ["catalogue", "parent"])
+def test_label_counts_and_labels_match_the_in_memory_twin(spark, comparison):
     from hir_pipeline.publish.labels import ancestor_chains, count_level_terms, entity_terms, level_labels
     from spark_jobs.publish.transform import entity_terms as spark_terms
     from spark_jobs.publish.transform import level_term_counts
@@ -229,12 +230,13 @@ def test_label_counts_and_labels_match_the_in_memory_twin(spark):
                                            "attributes string")
     long = [(e, lvl, c) for lvl, level in enumerate((coarse, fine)) for e, c in level.items()]
     assignments = spark.createDataFrame(long, "entity_id string, level int, cluster_id int")
-    got = level_term_counts(assignments, spark_terms(entities, ("movie", "company")), parents, max_terms=200)
+    got = level_term_counts(assignments, spark_terms(entities, ("movie", "company")), parents, max_terms=200,
+                            comparison=comparison)
     terms = {e: entity_terms(t, d, a) for e, _, t, d, a in rows}
     types = {e: typ for e, typ, *_ in rows}
     for level, clusters in enumerate((coarse, fine)):
         chains = ancestor_chains(parents, level, set(clusters.values()))
-        want = count_level_terms(terms, clusters, chains, types)
+        want = count_level_terms(terms, clusters, chains, types, comparison)
         counts, spark_chains = got[level]
         assert spark_chains == chains and counts.clusters == want.clusters
         for c, own in want.clusters.items():  # the comparison sets, for the terms the cluster brought

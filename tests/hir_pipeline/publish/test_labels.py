@@ -67,10 +67,13 @@ def test_siblings_never_share_a_label_term():
              **{f"b{i}": {"crime", "heist"} for i in range(2)}, **{f"c{i}": {"animation"} for i in range(4)}}
     clusters = {e: "abc".index(e[0]) for e in terms}
     chains = {0: (7,), 1: (7,), 2: (8,)}
-    siblings = level_labels(count_level_terms(terms, clusters, chains), chains, n_terms=3)
+    siblings = level_labels(count_level_terms(terms, clusters, chains, comparison="parent"), chains, n_terms=3)
     # within their parent every member is a crime film: "crime" sets neither apart; the only child is compared
     # with the whole level
     assert siblings == {0: ["noir", "thriller"], 1: ["heist"], 2: ["animation"]}
+    # compared with the catalogue, "crime" (5 of 9 members) describes both: the larger sibling takes it
+    siblings = level_labels(count_level_terms(terms, clusters, chains), chains, n_terms=3)
+    assert siblings == {0: ["noir", "thriller", "crime"], 1: ["heist"], 2: ["animation"]}
     # not siblings (different parents, each an only child): both may name what sets them apart from the level
     cousins = {0: (7,), 1: (9,), 2: (8,)}
     assert level_labels(count_level_terms(terms, clusters, cousins), cousins, n_terms=3)[1] == ["heist", "crime"]
@@ -85,14 +88,16 @@ def test_siblings_never_share_a_label_term():
     assert len({t for terms in labels.values() for t in terms}) == 6
 
 
-def test_comparison_set_is_the_parent_or_the_nearest_ancestor_with_other_members():
+def test_comparison_set_is_the_catalogue_or_the_parent_or_the_nearest_ancestor_with_other_members():
     chains = ancestor_chains([{}, {0: 0, 1: 0, 2: 1}, {0: 0, 1: 1, 2: 2, 3: 2}], 2, range(4))
     assert chains == {0: (0, 0), 1: (1, 0), 2: (2, 1), 3: (2, 1)}
-    keys = reference_keys({0: 5, 1: 3, 2: 4, 3: 1}, chains)
+    keys = reference_keys({0: 5, 1: 3, 2: 4, 3: 1}, chains, comparison="parent")
     # 2 and 3 share a parent; 0 and 1 are only children, compared with their grandparent's members; a cluster
     # alone under its whole ancestry is compared with the whole level
     assert keys == {0: (2, 0), 1: (2, 0), 2: (1, 2), 3: (1, 2)}
-    assert reference_keys({0: 5, 1: 0}, chains) == {0: WHOLE_LEVEL, 1: (2, 0)}
+    assert reference_keys({0: 5, 1: 0}, chains, comparison="parent") == {0: WHOLE_LEVEL, 1: (2, 0)}
+    # the default: every cluster is compared with the whole level, whatever its ancestry
+    assert reference_keys({0: 5, 1: 3, 2: 4, 3: 1}, chains) == dict.fromkeys(range(4), WHOLE_LEVEL)
     assert ancestor_chains([{}, {0: None}], 1, [0, 1]) == {0: (), 1: ()}
 
 
