@@ -106,23 +106,35 @@ def _hierarchical_line(val: dict) -> str | None:
     return "hierarchical retrieval: " + "; ".join(parts) if parts else None
 
 
+def comparison_bars(rows: Sequence[MetricRow], k: int = 20) -> dict[str, dict[str, tuple[list[float], list[float]]]]:
+    """What :func:`comparison_plot` draws: metric -> method -> (bar heights, error half-widths), one per split
+    (warm, cold). An error is the metric's standard deviation over the training seeds (its ``<metric>_seed_std``
+    row: HIR trained with several seeds), 0 where there is none; a missing metric is NaN."""
+    val = {(m, s, name): v for m, s, name, v in rows}
+    methods = sorted({m for m, s, _, _ in rows if s in _SPLITS}, key=_order)
+    return {name: {m: ([val.get((m, s, name), float("nan")) for s in _SPLITS],
+                       [val.get((m, s, f"{name}_seed_std"), 0.0) for s in _SPLITS]) for m in methods}
+            for name in (f"recall_at_{k}", f"ndcg_at_{k}")}
+
+
 def comparison_plot(rows: Sequence[MetricRow], k: int = 20) -> bytes:
-    """PNG bar chart of Recall@k and NDCG@k per method, warm and cold side by side."""
+    """PNG bar chart of Recall@k and NDCG@k per method, warm and cold side by side; error bars of one standard
+    deviation over the training seeds where the evaluation trained several (:func:`comparison_bars`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    val = {(m, s, name): v for m, s, name, v in rows}
-    methods = sorted({m for m, s, _, _ in rows if s in _SPLITS}, key=_order)
+    bars = comparison_bars(rows, k)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    for ax, name in zip(axes, (f"recall_at_{k}", f"ndcg_at_{k}"), strict=True):
-        width = 0.8 / max(len(methods), 1)
-        for i, m in enumerate(methods):
-            heights = [val.get((m, s, name), float("nan")) for s in _SPLITS]
-            ax.bar([j + i * width for j in range(len(_SPLITS))], heights, width, label=m)
+    for ax, (name, by_method) in zip(axes, bars.items(), strict=True):
+        width = 0.8 / max(len(by_method), 1)
+        for i, (m, (heights, errors)) in enumerate(by_method.items()):
+            ax.bar([j + i * width for j in range(len(_SPLITS))], heights, width, label=m,
+                   yerr=errors if any(errors) else None, capsize=3)
         ax.set_xticks([j + 0.4 - width / 2 for j in range(len(_SPLITS))], list(_SPLITS))
-        ax.set_title(name.replace("_at_", "@"))
+        seeds = any(any(errors) for _, errors in by_method.values())
+        ax.set_title(name.replace("_at_", "@") + (" (error bars: ±1 std over seeds)" if seeds else ""))
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     buf = io.BytesIO()

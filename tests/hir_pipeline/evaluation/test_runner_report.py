@@ -7,7 +7,7 @@ import pytest
 
 from hir_pipeline.evaluation.baselines import ALSConfig, LightGCNConfig
 from hir_pipeline.evaluation.metrics import nmi
-from hir_pipeline.evaluation.report import comparison_plot, comparison_table
+from hir_pipeline.evaluation.report import comparison_bars, comparison_plot, comparison_table
 from hir_pipeline.evaluation.runner import (
     BASELINES,
     ClusterLevels,
@@ -55,6 +55,13 @@ def test_ranking_rows_cover_every_method_and_split(planted):
     assert table.splitlines()[2].startswith("| hir | ") and "warm recall@5 vs best baseline (" in table
     assert table.endswith("targets: conversion")
     assert comparison_plot(rows, 5)[:8] == b"\x89PNG\r\n\x1a\n"
+    # one seed: bars without errors; several: HIR's recall bars carry the standard deviation over its seeds
+    assert all(not any(errors) for by in comparison_bars(rows, 5).values() for _, errors in by.values())
+    seeded = [*rows, ("hir", "warm", "recall_at_5_seed_std", 0.02), ("hir", "cold", "recall_at_5_seed_std", 0.03)]
+    bars = comparison_bars(seeded, 5)
+    assert bars["recall_at_5"]["hir"] == ([val[("hir", s, "recall_at_5")] for s in ("warm", "cold")], [0.02, 0.03])
+    assert bars["ndcg_at_5"]["hir"][1] == [0.0, 0.0] and bars["recall_at_5"]["als"][1] == [0.0, 0.0]
+    assert list(bars["recall_at_5"])[0] == "hir" and comparison_plot(seeded, 5) != comparison_plot(rows, 5)
 
 
 def test_unknown_baseline_and_missing_content():
