@@ -217,7 +217,8 @@ def embed_content(
     n_partitions = config.num_partitions or entities.sparkSession.sparkContext.defaultParallelism
     n_partitions = max(1, min(n_partitions, counts[STATUS_NEW] + counts[STATUS_CHANGED]))
     text_len = F.char_length(F.coalesce("title", F.lit(""))) + F.char_length(F.coalesce("description", F.lit("")))
-    if counts[STATUS_NEW] + counts[STATUS_CHANGED]:
+    to_embed_count = counts[STATUS_NEW] + counts[STATUS_CHANGED]
+    if to_embed_count:
         inferred = (
             to_embed.repartition(n_partitions)
             .sortWithinPartitions(text_len.desc())
@@ -231,14 +232,16 @@ def embed_content(
         .select(*_OUTPUT_COLUMNS)
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    stats = embedded.agg(
-        F.count(F.col("image_error")).alias("image_errors"),
-        F.count(F.col("video_error")).alias("video_errors"),
-        F.count(F.when(F.col("embedding").isNull(), 1)).alias("failed"),
-    ).first()
-    counts["image_errors"] = int(stats["image_errors"])
-    counts["video_errors"] = int(stats["video_errors"])
-    counts["failed_no_embedding"] = int(stats["failed"])
+    counts.update(image_errors=0, video_errors=0, failed_no_embedding=0)
+    if to_embed_count:  # an unchanged night runs no job here (issue 24: its re-run is a few Spark jobs in all)
+        stats = embedded.agg(
+            F.count(F.col("image_error")).alias("image_errors"),
+            F.count(F.col("video_error")).alias("video_errors"),
+            F.count(F.when(F.col("embedding").isNull(), 1)).alias("failed"),
+        ).first()
+        counts["image_errors"] = int(stats["image_errors"])
+        counts["video_errors"] = int(stats["video_errors"])
+        counts["failed_no_embedding"] = int(stats["failed"])
     log.info("content embeddings (model %s): %s", model_id, counts)
 
     snapshot = embedded.where(F.col("embedding").isNotNull())
