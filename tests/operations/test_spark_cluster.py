@@ -19,6 +19,7 @@ import subprocess
 
 import pytest
 
+from tests.assets.conftest import SMALL_STRUCTURE
 from tests.operations.conftest import RUN_DATE
 from tests.operations.services import REPO, VENV_BIN, SparkStandalone, dagster_env, log_tail
 
@@ -57,7 +58,10 @@ def test_ingestion_graph_and_embeddings_run_on_a_standalone_cluster(cluster, ops
     from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
     selection, names = _selection()
-    config = {"ops": {"bronze_tables": {"config": {"window": "all"}}}}
+    # The test-sized structure embedding runs the same Spark jobs and driver-side collects (each a small Gram
+    # matrix, whatever its width) as the default one, in fewer rounds.
+    config = {"ops": {"bronze_tables": {"config": {"window": "all"}}},
+              "resources": {"graph_settings": {"config": SMALL_STRUCTURE}}}
     if "content_embeddings" in names:
         config["ops"]["content_embeddings"] = {"config": {
             "text_model": str(build_tiny_text_model(tmp_path / "models" / "text")),
