@@ -214,10 +214,10 @@ def embed_content(
     log.info("content entities by status: %s", counts)
 
     to_embed = labelled.where(F.col("_status").isin(STATUS_NEW, STATUS_CHANGED)).drop("_status")
-    n_partitions = config.num_partitions or entities.sparkSession.sparkContext.defaultParallelism
-    n_partitions = max(1, min(n_partitions, counts[STATUS_NEW] + counts[STATUS_CHANGED]))
-    text_len = F.char_length(F.coalesce("title", F.lit(""))) + F.char_length(F.coalesce("description", F.lit("")))
     to_embed_count = counts[STATUS_NEW] + counts[STATUS_CHANGED]
+    n_partitions = config.num_partitions or entities.sparkSession.sparkContext.defaultParallelism
+    n_partitions = max(1, min(n_partitions, to_embed_count))
+    text_len = F.char_length(F.coalesce("title", F.lit(""))) + F.char_length(F.coalesce("description", F.lit("")))
     if to_embed_count:
         inferred = (
             to_embed.repartition(n_partitions)
