@@ -16,17 +16,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import MODEL_HIERARCHY_DDL, MODEL_OUTPUTS_DDL
+from spark_jobs.arrow_columns import list_column
 from spark_jobs.delta_io import latest_version, replace_run_date
 
 #: The model's internal tables, one snapshot per run date.
 OUTPUT_TABLES = ("model_outputs", "model_hierarchy")
-
-
-def _list_column(matrix: np.ndarray, value_type: pa.DataType) -> pa.ListArray:
-    """A ``[N, D]`` matrix as an Arrow list column (one list of ``D`` values per row)."""
-    n, d = matrix.shape
-    offsets = pa.array(np.arange(0, (n + 1) * d, d, dtype=np.int32) if n else np.zeros(1, dtype=np.int32))
-    return pa.ListArray.from_arrays(offsets, pa.array(np.ascontiguousarray(matrix).reshape(-1), type=value_type))
 
 
 def _conform(spark: SparkSession, table: pa.Table, ddl: str) -> DataFrame:
@@ -76,9 +70,9 @@ def model_outputs_frame(
     table = pa.table({
         "entity_id": pa.array(list(entity_ids), type=pa.string()),
         "entity_type": pa.array(list(entity_types), type=pa.string()),
-        "embedding": _list_column(emb, pa.float32()),
-        "cluster_ids": _list_column(ids, pa.int32()),
-        "confidences": _list_column(conf, pa.float32()),
+        "embedding": list_column(emb, pa.float32()),
+        "cluster_ids": list_column(ids, pa.int32()),
+        "confidences": list_column(conf, pa.float32()),
         "has_view": pa.array(np.asarray(has_view, dtype=bool)),
         "model_version": pa.array([model_version] * n, type=pa.string()),
         "run_date": pa.array([run_date] * n, type=pa.date32()),
@@ -116,7 +110,7 @@ def model_hierarchy_frame(
         "level": pa.array(np.concatenate(levels)),
         "cluster_id": pa.array(np.concatenate(clusters)),
         "parent_cluster_id": pa.array([p for part in parents for p in part], type=pa.int32()),
-        "prototype": _list_column(np.concatenate(vectors), pa.float32()),
+        "prototype": list_column(np.concatenate(vectors), pa.float32()),
         "model_version": pa.array([model_version] * n, type=pa.string()),
         "run_date": pa.array([run_date] * n, type=pa.date32()),
     })
