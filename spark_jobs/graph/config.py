@@ -45,11 +45,12 @@ class GraphConfig:
         structure_embedding: compute the structure embedding of every node (``graph_nodes.structure_embedding``);
             ``False`` leaves it null.
         structure_method: ``"spectral"`` (default): the top eigenvectors of the normalised adjacency, a truncated
-            SVD on a user-item graph (:mod:`spark_jobs.graph.spectral`); ``"fastrp"``: FastRP's random-projection
-            sketch (:mod:`spark_jobs.graph.fastrp`).
+            SVD on a user-item graph, iterated on the driver (:mod:`spark_jobs.graph.spectral`); ``"fastrp"``: FastRP's
+            random-projection sketch, all in Spark jobs (:mod:`spark_jobs.graph.fastrp`; for graphs whose nodes do not
+            fit the driver's memory).
         structure_dim: width ``d`` of the structure embedding.
         structure_power_iterations: spectral only: subspace iterations ``X = orth(M X)`` (more: closer to the
-            exact eigenvectors; one Spark shuffle each).
+            exact eigenvectors; one sparse matrix product each, on the driver).
         structure_weight_exponent: spectral only: a connected pair's summed edge weight is raised to this power
             (0: every connected pair counts once, whatever its funnel stage).
         structure_normalisation_exponent: spectral only: ``a`` of ``D^-a W D^-a`` (0.5: symmetric normalisation;

@@ -45,8 +45,8 @@ def build_nodes(
         A DataFrame with the ``graph_nodes`` schema. ``degree_bucket = min(floor(log2(degree + 1)), 15)``;
         ``centrality_bucket = min(floor(percent_rank(weighted_degree) * B), B - 1)`` so ties share a bucket;
         ``structure_embedding`` is the structure embedding of ``config.structure_method`` (null for nodes without
-        edges, and for every node when ``config.structure_embedding`` is off). With it on, its iterations run (as
-        Spark jobs) during this call.
+        edges, and for every node when ``config.structure_embedding`` is off). With it on, it is computed during this
+        call (spectral: on the driver; FastRP: as Spark jobs).
     """
     config = config or GraphConfig()
     activity = list(config.funnel) + [f"rev_{s}" for s in config.funnel]

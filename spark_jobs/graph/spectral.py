@@ -21,30 +21,45 @@ singular value ``s`` of the user-item matrix giving eigenvalues ``+s`` and ``-s`
 the largest ``|lambda|`` (both halves, hence twice ``d`` columns and an oversampling of 8); only the positive
 half scores a pair as the SVD does (``e_u . e_i = sum_k lambda_k x_uk x_ik = 1/2 sum_k u_k s_k v_k``).
 
-``orth`` runs on the driver on a ``p x p`` matrix: the Gram matrix ``Y^T Y`` is summed from one partial sum per
-partition (``mapInPandas``), and ``X = Y U diag(g^-1/2)`` over its eigenpairs ``(g, U)`` above a relative floor
-(directions without support are dropped, so a graph with fewer nodes than ``p`` works). No RDD and no
-``sparkContext`` are used (Spark Connect compatible); every iteration is localCheckpointed.
+Where the work runs, and why. Spark computes the start rows (hashes of entity ids); they and the
+``graph_edges`` rows are collected to the driver through Arrow and the iterations run there in scipy (one sparse product
+and a ``p x p`` eigendecomposition each). As Spark jobs, each iteration was a join of every edge with its
+neighbour's ``p``-wide row plus ``p`` sums per node: at 10^7 events that took minutes, where scipy's product takes
+about a second, and on small graphs the dozens of Spark jobs cost more than the arithmetic
+(docs/results.md). ``orth`` keeps ``X = Y U diag(g^-1/2)`` over the eigenpairs ``(g, U)`` of the Gram matrix
+``Y^T Y`` above a relative floor (directions without support are dropped, so a graph with fewer nodes than ``p``
+works). No RDD and no ``sparkContext`` are used (Spark Connect compatible).
+
+Memory: the driver holds the ``graph_edges`` rows while building ``M`` (24 bytes each), then ``M`` (12 bytes per
+ordered connected pair) and two ``N x p`` float64 matrices (``16 p`` bytes per node: 1.2 KB at the default
+``p = 72``), so about 1.3 GB at 10^6 nodes and 10^7 edges. The views stage already collects the graph to the
+driver; for a graph whose nodes do not fit, ``structure_method = "fastrp"`` runs entirely as Spark jobs.
 
 Scale and sign: the rows are divided by their mean norm (so the input is of the size of FastRP's unit rows),
 keeping their relative norms: a popular item's longer row is the popularity a dot-product ranking needs. An
 eigenvector's sign is arbitrary and floating-point sums in another order can flip it, so each column is signed
-by its projection on fixed pseudo-random node weights (:func:`column_signs_and_mean_norm`): the same graph gives
+by its projection on fixed pseudo-random node weights (:func:`column_signs`): the same graph gives
 the same rows from one run to the next. Catalogue edges are edges of ``W`` like any other, so a cold item is
 embedded from its campaign / category neighbourhood.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import time
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
+import scipy.sparse as sp
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs.arrow_columns import list_column
 from spark_jobs.graph.config import GraphConfig
-from spark_jobs.graph.fastrp import STRUCTURE_COLUMN, adjacency, multiply, projection_row, unit_interval
+from spark_jobs.graph.fastrp import STRUCTURE_COLUMN
+from spark_jobs.graph.xxhash import xxhash64_longs
+
+log = logging.getLogger(__name__)
 
 #: Eigenvalues of a Gram matrix below this fraction of the largest are treated as zero (dropped directions).
 GRAM_FLOOR = 1e-10
@@ -55,56 +70,35 @@ def subspace_width(dim: int) -> int:
     return 2 * dim + 8
 
 
-def normalised_adjacency(edges: DataFrame, config: GraphConfig) -> DataFrame:
-    """``M = D^-a W D^-a`` as ``src_idx, dst_idx, w`` (see the module docstring)."""
-    gamma, a = float(config.structure_weight_exponent), float(config.structure_normalisation_exponent)
-    w = F.lit(1.0) if gamma == 0.0 else F.pow(F.col("w"), F.lit(gamma))
-    pairs = adjacency(edges).select("src_idx", "dst_idx", w.alias("w"))
-    deg = pairs.groupBy(F.col("src_idx").alias("node")).agg(F.pow(F.sum("w"), F.lit(-a)).alias("s"))
-    src = deg.select(F.col("node").alias("src_idx"), F.col("s").alias("s_src"))
-    dst = deg.select(F.col("node").alias("dst_idx"), F.col("s").alias("s_dst"))
-    return pairs.join(src, "src_idx").join(dst, "dst_idx").select(
-        "src_idx", "dst_idx", (F.col("w") * F.col("s_src") * F.col("s_dst")).alias("w"))
+def normalised_matrix(
+    src: np.ndarray, dst: np.ndarray, weight: np.ndarray, config: GraphConfig
+) -> tuple[np.ndarray, sp.csr_matrix]:
+    """``M = D^-a W D^-a`` (see the module docstring) over the nodes with an edge.
 
+    Args:
+        src, dst, weight: the ``graph_edges`` rows (symmetric; rows of one ordered pair add up).
+        config: ``structure_weight_exponent`` (``gamma``) and ``structure_normalisation_exponent`` (``a``).
 
-def _stack(column: pd.Series, width: int) -> np.ndarray:
-    return np.stack(column.to_numpy()) if len(column) else np.zeros((0, width))
-
-
-def cross_gram(x: DataFrame, y: DataFrame, width_x: int, width_y: int) -> np.ndarray:
-    """``X^T Y`` (``[width_x, width_y]``) of two ``node_idx, x`` frames, rows paired by ``node_idx``.
-
-    Each partition sums its rows' outer products in numpy; the driver adds the partial sums. ``X^T X`` (``y is
-    x``) reads ``x`` once, without a join.
+    Returns:
+        ``(nodes, M)``: the ``node_idx`` of the nodes with an edge, ascending, and ``M`` with row ``i`` for
+        ``nodes[i]``.
     """
-    if y is x:
-        pairs = x.select(F.col("x").alias("a"), F.col("x").alias("b"))
-    else:
-        pairs = x.select("node_idx", F.col("x").alias("a")).join(y.select("node_idx", F.col("x").alias("b")),
-                                                                  "node_idx")
-
-    def partial(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        acc = np.zeros((width_x, width_y))
-        for pdf in batches:
-            acc += _stack(pdf["a"], width_x).T @ _stack(pdf["b"], width_y)
-        yield pd.DataFrame({"g": [acc.ravel()]})
-
-    total = np.zeros((width_x, width_y))
-    for row in pairs.select("a", "b").mapInPandas(partial, "g array<double>").collect():
-        total += np.asarray(row.g).reshape(width_x, width_y)
-    return total
-
-
-def times_matrix(x: DataFrame, b: np.ndarray) -> DataFrame:
-    """``X B``: ``node_idx, x`` rows multiplied by the driver-side matrix ``b`` (``[width, k]``), in numpy."""
-    width = b.shape[0]
-
-    def apply(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        for pdf in batches:
-            yield pd.DataFrame({"node_idx": pdf["node_idx"].to_numpy(),
-                                "x": list(_stack(pdf["x"], width) @ b)})
-
-    return x.mapInPandas(apply, "node_idx long, x array<double>")
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    has = np.zeros(int(max(src.max(initial=-1), dst.max(initial=-1))) + 1, dtype=bool)
+    has[src] = True
+    symmetric = has[dst]
+    if not symmetric.all():  # graph_edges' blocking check reports these; they must not stop the embedding
+        log.warning("spectral: %d edges to a node without edges of its own are left out", (~symmetric).sum())
+        src, dst, weight = src[symmetric], dst[symmetric], np.asarray(weight)[symmetric]
+    nodes, pos = np.flatnonzero(has), np.cumsum(has) - 1
+    n = len(nodes)
+    w = sp.csr_matrix((np.asarray(weight, dtype=np.float64), (pos[src], pos[dst])), shape=(n, n))
+    w.sum_duplicates()
+    gamma, a = float(config.structure_weight_exponent), float(config.structure_normalisation_exponent)
+    w.data = np.ones_like(w.data) if gamma == 0.0 else np.power(w.data, gamma)
+    deg = np.asarray(w.sum(axis=1)).ravel()
+    s = sp.diags(np.power(deg, -a, out=np.zeros_like(deg), where=deg > 0))
+    return nodes, (s @ w @ s).tocsr()
 
 
 def orthonormaliser(gram: np.ndarray) -> np.ndarray:
@@ -125,22 +119,55 @@ def ritz_projection(t: np.ndarray, dim: int) -> np.ndarray:
     return out
 
 
-def column_signs_and_mean_norm(e: DataFrame, dim: int, seed: int) -> tuple[np.ndarray, float]:
-    """Per column ``j``, the sign of ``sum_i e_ij r_i`` (``r_i`` a fixed pseudo-random weight of node ``i`` in
-    ``(-1/2, 1/2)``, from ``xxhash64(node_idx, seed)``; a continuous function of the column, so rounding cannot flip
-    it, and symmetric graphs have no ties), and the mean row norm of ``e``; one Spark job."""
-    r = unit_interval(F.xxhash64(F.col("node_idx"), F.lit(int(seed)).cast("long"))) - F.lit(0.5)
-    norm = F.sqrt(F.aggregate("x", F.lit(0.0), lambda acc, v: acc + v * v))
-    row = e.agg(*[F.sum(F.col("x")[j] * r) for j in range(dim)], F.avg(norm)).first()
-    signs = np.array([-1.0 if (v or 0.0) < 0 else 1.0 for v in row[:dim]])
-    return signs, float(row[dim] or 0.0)
+def subspace_iteration(m: sp.csr_matrix, x0: np.ndarray, iterations: int, dim: int) -> np.ndarray:
+    """``X V_d diag(sqrt(lambda_d))`` after ``iterations`` rounds of ``X = orth(M X)`` from ``x0`` (module docstring).
+
+    Args:
+        m: the symmetric ``[N, N]`` matrix ``M``.
+        x0: ``[N, p]`` start rows.
+        iterations: subspace iterations (>= 1).
+        dim: output columns ``d``.
+    """
+    x = x0
+    for _ in range(iterations):
+        y = m @ x
+        x = y @ orthonormaliser(y.T @ y)
+    return x @ ritz_projection(x.T @ (m @ x), dim)
+
+
+def unit_interval(h: np.ndarray) -> np.ndarray:
+    """:func:`spark_jobs.graph.fastrp.unit_interval` in numpy: ``(h >>> 11 + 0.5) / 2**53``, exact in float64."""
+    return ((np.asarray(h, dtype=np.int64).view(np.uint64) >> np.uint64(11)).astype(np.float64) + 0.5) / float(2**53)
+
+
+def start_rows(node_hash: np.ndarray, config: GraphConfig, width: int) -> np.ndarray:
+    """``[N, width]`` rows of :func:`spark_jobs.graph.fastrp.projection_row`, bit for bit, from ``xxhash64(entity_id)``.
+
+    Args:
+        node_hash: Spark's ``xxhash64(entity_id)`` of each node.
+        config: ``structure_sparsity`` and ``seed``.
+        width: columns ``p``.
+    """
+    s = float(config.structure_sparsity)
+    p, scale = 1.0 / (2.0 * s), float(np.sqrt(s))
+    rows = np.zeros((len(node_hash), width))
+    for j in range(width):  # a column at a time: no [N, p] temporaries
+        u = unit_interval(xxhash64_longs(int(config.seed), node_hash, j))
+        rows[:, j] = np.where(u < p, scale, np.where(u > 1.0 - p, -scale, 0.0))
+    return rows
+
+
+def column_signs(e: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Per column ``j``, the sign of ``sum_i e_ij r_i`` (``r_i`` a fixed pseudo-random weight of node ``i``): a
+    continuous function of the column, so rounding cannot flip it, and symmetric graphs have no ties."""
+    return np.where(r @ e < 0, -1.0, 1.0)
 
 
 def spectral_embeddings(index: DataFrame, edges: DataFrame, config: GraphConfig) -> DataFrame:
     """Spectral embedding of every node with at least one edge (see the module docstring).
 
-    Runs ``structure_power_iterations + 2`` rounds of Spark jobs now (each localCheckpointed); the returned
-    frame reads those checkpoints.
+    Runs now: two Spark jobs (the edge rows and the nodes' entity-id hashes, collected through Arrow), then the
+    rest on the driver; the returned frame is localCheckpointed, so its plan holds no driver-side data.
 
     Args:
         index: ``node_idx, entity_id`` of every node (:func:`~spark_jobs.graph.index.index_entities`).
@@ -152,17 +179,33 @@ def spectral_embeddings(index: DataFrame, edges: DataFrame, config: GraphConfig)
         ``node_idx long, structure_embedding array<float>`` (mean row norm 1).
     """
     dim, width = config.structure_dim, subspace_width(config.structure_dim)
-    m = normalised_adjacency(edges, config).localCheckpoint()
-    nodes = m.select(F.col("src_idx").alias("node_idx")).distinct()
-    x = index.select("node_idx", "entity_id").join(nodes, "node_idx").select(
-        "node_idx", projection_row(F.xxhash64("entity_id"), config, width).alias("x")).localCheckpoint()
-    for _ in range(config.structure_power_iterations):
-        y = multiply(m, x, width).localCheckpoint()
-        b = orthonormaliser(cross_gram(y, y, width, width))
-        x, width = times_matrix(y, b).localCheckpoint(), b.shape[1]
-    projection = ritz_projection(cross_gram(x, multiply(m, x, width), width, width), dim)
-    e = times_matrix(x, projection).localCheckpoint()
-    signs, mean = column_signs_and_mean_norm(e, dim, config.seed)
-    factor = signs / (mean if mean > 0 else 1.0)
-    return times_matrix(e, np.diag(factor)).select(
-        "node_idx", F.col("x").cast("array<float>").alias(STRUCTURE_COLUMN))
+    spark = index.sparkSession
+    t0 = time.perf_counter()
+    hashes = index.select("node_idx", F.xxhash64("entity_id").alias("h")).toArrow().sort_by("node_idx")
+    idx, node_hash = hashes.column("node_idx").to_numpy(), hashes.column("h").to_numpy()
+    # The raw rows, not a Spark aggregation: scipy sums an ordered pair's rows faster than a shuffle would.
+    rows = edges.select("src_idx", "dst_idx", F.col("weight").cast("double")).toArrow()
+    src, dst = rows.column("src_idx").to_numpy(), rows.column("dst_idx").to_numpy()
+    in_index = np.zeros(int(idx.max(initial=-1)) + 2, dtype=bool)  # the last slot stands for "outside the index"
+    in_index[idx] = True
+    outside = len(in_index) - 1
+    known = in_index[np.where((src >= 0) & (src < outside), src, outside)]
+    known &= in_index[np.where((dst >= 0) & (dst < outside), dst, outside)]
+    if not known.all():  # graph_edges' blocking check reports these; they must not stop the embedding
+        log.warning("spectral: %d edges naming a node outside the index are left out", (~known).sum())
+    if not known.any():
+        return spark.createDataFrame([], f"node_idx long, {STRUCTURE_COLUMN} array<float>")
+    nodes, m = normalised_matrix(src[known], dst[known], rows.column("weight").to_numpy()[known], config)
+    del rows, src, dst, known
+    at = np.searchsorted(idx, nodes)
+    x0 = start_rows(node_hash[at], config, width)
+    r = unit_interval(xxhash64_longs(nodes, int(config.seed))) - 0.5
+    log.info("spectral: collected %d nodes, %d matrix entries in %.1f s", len(nodes), m.nnz, time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    e = subspace_iteration(m, x0, config.structure_power_iterations, dim)
+    mean = float(np.linalg.norm(e, axis=1).mean())
+    e *= column_signs(e, r) / (mean if mean > 0 else 1.0)
+    log.info("spectral: %d iterations of width %d in %.1f s", config.structure_power_iterations, width,
+             time.perf_counter() - t0)
+    table = pa.table({"node_idx": pa.array(nodes, pa.int64()), STRUCTURE_COLUMN: list_column(e, pa.float32())})
+    return spark.createDataFrame(table).localCheckpoint()

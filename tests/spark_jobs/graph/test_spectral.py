@@ -128,8 +128,8 @@ def test_spark_equals_numpy_reference(spark, cfg):
 def test_converges_to_the_truncated_svd_of_a_user_item_graph(spark):
     """Enough iterations give the exact top eigenpairs; on a bipartite graph the user-item scores are then the
     truncated SVD's ``U_d S_d V_d^T`` of the normalised interaction matrix (halved). A property of the algorithm,
-    checked on its numpy reference from the Spark start rows: Spark computes that reference's rows exactly
-    (:func:`test_spark_equals_numpy_reference`), so 40 rounds of Spark jobs would add nothing but minutes."""
+    checked on its numpy reference from the Spark start rows, which :func:`test_spark_equals_numpy_reference`
+    ties to the module's output."""
     cfg = dataclasses.replace(CFG, structure_dim=3, structure_power_iterations=40, structure_weight_exponent=0.0)
     entities, index, edges, pos, n = _graph(spark, 30, 16, seed=2)
     users = edges.where(F.col("src_idx").isin([pos[f"u{i}"] for i in range(30)]))
@@ -197,3 +197,14 @@ def test_orthonormaliser_drops_directions_without_support():
 def test_config_rejects_bad_spectral_settings(bad):
     with pytest.raises(ValueError):
         GraphConfig(**bad)
+
+
+def test_edges_outside_the_index_or_one_way_are_left_out(spark):
+    """A dangling edge is reported by graph_edges' blocking check; the embedding of the rest must not change."""
+    entities, index, edges, pos, n = _graph(spark, 12, 10, seed=5)
+    clean, _ = _matrix(spectral_embeddings(index, edges, CFG), n, CFG.structure_dim)
+    bad = spark.createDataFrame([(pos["u0"], 10**9, 1.0), (pos["u1"], pos["iso"], 2.0), (-1, pos["u2"], 1.0)],
+                                "src_idx long, dst_idx long, weight double")
+    got, has = _matrix(spectral_embeddings(index, edges.unionByName(bad), CFG), n, CFG.structure_dim)
+    np.testing.assert_allclose(got, clean, atol=1e-9)
+    assert not has[pos["iso"]]
