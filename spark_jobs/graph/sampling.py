@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from spark_jobs.graph.structure import view_structure
+from spark_jobs.graph.structure import batch_structure
 
 #: Version of the sampling scheme (hashes, keys, tie-breaking). Part of the ``graph_views`` settings fingerprint
 #: (``spark_jobs.graph.snapshots.views_fingerprint``): views drawn by another version differ, so an increment must
@@ -136,7 +136,7 @@ class ViewGraph:
         capped: the node had more than ``hub_cap`` neighbours (``bool``).
         pair_ptr, pair_dst, pair_fwd, pair_bwd: each undirected pair once, from its lower-degree endpoint, with
             the highest edge type id of each direction (0 if absent; ``uint8``, or ``int32`` when ids exceed 255
-            so that :func:`~spark_jobs.graph.structure.view_structure` reports them).
+            so that :func:`~spark_jobs.graph.structure.batch_structure` reports them).
     """
 
     node_hash: np.ndarray
@@ -383,14 +383,8 @@ def build_view_batch(
     """Sample one view of every anchor and compute its structure (distances, edge types) on the induced subgraph."""
     views = sample_batch(graph, anchors, fanout, seed=seed, view=view, max_view_nodes=max_view_nodes)
     edges = induced_edges(graph, views)
-    nodes, types, dist, edge_types = [], [], [], []
-    for i in range(len(views.ptr) - 1):
-        members = views.nodes[views.ptr[i]:views.ptr[i + 1]]
-        lo, hi = edges.ptr[i], edges.ptr[i + 1]
-        d, t = view_structure(len(members), edges.src[lo:hi], edges.dst[lo:hi], edges.fwd[lo:hi],
-                              edges.bwd[lo:hi], max_dist)
-        nodes.append(members)
-        types.append(graph.node_type[members])
-        dist.append(d.tobytes())
-        edge_types.append(t.tobytes())
-    return ViewRows(nodes, types, dist, edge_types, views.truncated)
+    dist, edge_types = batch_structure(np.diff(views.ptr), edges.ptr, edges.src, edges.dst, edges.fwd, edges.bwd,
+                                       max_dist)
+    nodes = [views.nodes[lo:hi] for lo, hi in zip(views.ptr[:-1], views.ptr[1:], strict=True)]
+    return ViewRows(nodes, [graph.node_type[m] for m in nodes], [d.tobytes() for d in dist],
+                    [t.tobytes() for t in edge_types], views.truncated)
