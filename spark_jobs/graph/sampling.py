@@ -19,13 +19,14 @@ from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 
 from spark_jobs.graph.structure import batch_structure
 
 #: Version of the sampling scheme (hashes, keys, tie-breaking). Part of the ``graph_views`` settings fingerprint
 #: (``spark_jobs.graph.snapshots.views_fingerprint``): views drawn by another version differ, so an increment must
 #: not carry them over next to freshly sampled ones.
-SAMPLER_VERSION = "splitmix64-es-1"
+SAMPLER_VERSION = "splitmix64-es-2"
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -186,6 +187,70 @@ class ViewGraph:
             pair_ptr=pair_ptr, pair_dst=np.asarray(pairs.dst, dtype=np.int32)[porder],
             pair_fwd=fwd.astype(type_dtype)[porder], pair_bwd=bwd.astype(type_dtype)[porder],
         )
+
+
+def edges_among(src: np.ndarray, dst: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Mask of the edge rows whose two endpoints are nodes (``present[node_idx]``; any other id is not).
+
+    ``graph_edges``' blocking check reports the others (dangling endpoints); the driver-side stages leave them
+    out, as a join with the node table would.
+    """
+    outside = len(present)
+    flags = np.r_[np.asarray(present, dtype=bool), False]
+    known = flags[np.where((src >= 0) & (src < outside), src, outside)]
+    return known & flags[np.where((dst >= 0) & (dst < outside), dst, outside)]
+
+
+def sampling_adjacency(
+    src: np.ndarray, dst: np.ndarray, weight: np.ndarray, node_hash: np.ndarray, hub_cap: int, seed: int
+) -> AdjacencyRows:
+    """Candidate neighbours of every node: at most ``hub_cap``, its own seeded weighted sample.
+
+    Multi-edges between a pair are merged (weights add up); self-loops are dropped (a node never samples
+    itself). A node keeps the ``hub_cap`` neighbours of smallest Efraimidis-Spirakis key (ties by ``node_idx``),
+    keyed like a view's hop (:func:`hop_prefix` of the view name ``"pool"``, hop 0) from the entity-id hashes.
+
+    Args:
+        src, dst, weight: ``graph_edges`` rows between known nodes (:func:`edges_among`).
+        node_hash: ``xxhash64(entity_id)`` by ``node_idx``.
+        hub_cap: candidates kept per node.
+        seed: sampling seed.
+    """
+    n = len(node_hash)
+    loop = src == dst
+    w = sp.csr_matrix((np.asarray(weight, dtype=np.float64)[~loop], (src[~loop], dst[~loop])), shape=(n, n))
+    w.sum_duplicates()  # rows by node, neighbours ascending, a pair's weights summed
+    row = np.repeat(np.arange(n, dtype=np.int64), np.diff(w.indptr))
+    key = sample_keys(hop_prefix(seed, "pool", node_hash, 0)[row], node_hash[w.indices], w.data)
+    order = np.lexsort((key, row))  # stable: equal keys stay in neighbour order
+    rank = np.arange(len(order)) - w.indptr[row[order]]
+    keep = order[rank < hub_cap]
+    return AdjacencyRows(row[keep], w.indices[keep].astype(np.int64), w.data[keep],
+                         (np.diff(w.indptr) > hub_cap)[row[keep]])
+
+
+def oriented_pairs(src: np.ndarray, dst: np.ndarray, type_id: np.ndarray) -> PairRows:
+    """Each undirected connected pair once, from the endpoint of lower (degree, node_idx).
+
+    Args:
+        src, dst, type_id: ``graph_edges`` rows between known nodes (:func:`edges_among`); a node's degree is its
+            number of rows, as in ``graph_nodes.degree``.
+
+    Returns:
+        The pairs with the highest edge type id of each direction (0 if absent).
+    """
+    degree = np.bincount(src, minlength=int(max(src.max(initial=-1), dst.max(initial=-1))) + 1)
+    loop = src == dst
+    src, dst, type_id = src[~loop], dst[~loop], np.asarray(type_id, dtype=np.int64)[~loop]
+    lo_first = (degree[src] < degree[dst]) | ((degree[src] == degree[dst]) & (src < dst))
+    a, b = np.where(lo_first, src, dst), np.where(lo_first, dst, src)  # a row's pair, from its first endpoint
+    pair = a * len(degree) + b
+    order = np.argsort(pair, kind="stable")
+    a, b, type_id, forward = a[order], b[order], type_id[order], lo_first[order]
+    starts = _group_starts(pair[order])
+    fwd = np.maximum.reduceat(np.where(forward, type_id, 0), starts) if len(starts) else np.zeros(0, np.int64)
+    bwd = np.maximum.reduceat(np.where(forward, 0, type_id), starts) if len(starts) else np.zeros(0, np.int64)
+    return PairRows(a[starts], b[starts], fwd, bwd)
 
 
 def _csr(n: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -57,6 +57,7 @@ from pyspark.sql import functions as F
 from spark_jobs.arrow_columns import list_column
 from spark_jobs.graph.config import GraphConfig
 from spark_jobs.graph.fastrp import STRUCTURE_COLUMN
+from spark_jobs.graph.sampling import edges_among
 from spark_jobs.graph.xxhash import xxhash64_longs
 
 log = logging.getLogger(__name__)
@@ -186,11 +187,9 @@ def spectral_embeddings(index: DataFrame, edges: DataFrame, config: GraphConfig)
     # The raw rows, not a Spark aggregation: scipy sums an ordered pair's rows faster than a shuffle would.
     rows = edges.select("src_idx", "dst_idx", F.col("weight").cast("double")).toArrow()
     src, dst = rows.column("src_idx").to_numpy(), rows.column("dst_idx").to_numpy()
-    in_index = np.zeros(int(idx.max(initial=-1)) + 2, dtype=bool)  # the last slot stands for "outside the index"
+    in_index = np.zeros(int(idx.max(initial=-1)) + 1, dtype=bool)
     in_index[idx] = True
-    outside = len(in_index) - 1
-    known = in_index[np.where((src >= 0) & (src < outside), src, outside)]
-    known &= in_index[np.where((dst >= 0) & (dst < outside), dst, outside)]
+    known = edges_among(src, dst, in_index)
     if not known.all():  # graph_edges' blocking check reports these; they must not stop the embedding
         log.warning("spectral: %d edges naming a node outside the index are left out", (~known).sum())
     if not known.any():

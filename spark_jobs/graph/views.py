@@ -11,36 +11,38 @@ hashes, :mod:`spark_jobs.graph.sampling`), so a sample depends neither on partit
 of a run, and scaling every weight by the same factor (one more day of decay) leaves it unchanged. Ties are
 broken by ``node_idx`` (the rank of the entity id, so their order is the same in every run).
 
-Where the work runs, and why. Spark computes the two graph-wide tables the views are drawn from: the
-hub-capped sampling adjacency (:func:`sampling_adjacency`, one window over the edges) and the degree-oriented
-connected pairs (:func:`oriented_pairs`, one aggregation). Each is collected to the driver once, through Arrow,
-into compact CSR arrays (:class:`~spark_jobs.graph.sampling.ViewGraph`: ``int32`` neighbours, ``float64``
+Where the work runs, and why. The ``graph_nodes`` and ``graph_edges`` rows are collected to the driver once,
+through Arrow (:func:`collect_view_graph`), and the two graph-wide tables the views are drawn from are computed
+there in numpy: the hub-capped sampling adjacency (:func:`~spark_jobs.graph.sampling.sampling_adjacency`) and
+the degree-oriented connected pairs (:func:`~spark_jobs.graph.sampling.oriented_pairs`); from collected rows they
+are a few sorts, where Spark needed a window, an aggregation and four joins over the edges (docs/results.md).
+They become compact CSR arrays (:class:`~spark_jobs.graph.sampling.ViewGraph`: ``int32`` neighbours, ``float64``
 weights, ``int64`` node hashes, ``int8`` node types, ``uint8`` edge types) and broadcast to the executors.
 One ``mapInPandas`` over the anchors (spread over ``4 x defaultParallelism`` partitions, so it scales out with
 executors) then samples both views, finds their induced edges and runs the per-view BFS for batches of
 anchors in numpy. The work per anchor is bounded (fan-outs x ``hub_cap`` candidates, at most
-``max_view_nodes`` members), so the stage is linear in the anchors plus one sort of the edges on the driver.
+``max_view_nodes`` members), so the stage is linear in the anchors plus a few sorts of the edges on the driver.
 An earlier version did the sampling as Spark joins and windows hop by hop; at 10^7 events it shuffled about
 10^8 candidate rows at hop 2 (anchors x 16 x ``hub_cap``) plus the members x pairs x members join for the
 induced edges, and took far longer than building the graph.
 
 Memory limit of this design: the broadcast graph takes about ``26 N + 12 A + 6 P`` bytes (N nodes,
 A <= N x ``hub_cap`` sampling-adjacency entries, P undirected connected pairs, about half the edges); its size
-for the benchmark graphs is in docs/results.md. The driver holds it (and, while collecting, the Arrow tables it
-came from, about twice that), and every Python worker holds one copy. That is fine up to some 10^8 edges; beyond
-that the graph would have to be partitioned (e.g. by anchor neighbourhood) instead of broadcast.
+for the benchmark graphs is in docs/results.md. The driver holds it (and, while building it, the edge rows,
+28 bytes each, and a few sort permutations of them), and every Python worker holds one copy. That is fine up to
+some 10^8 edges; beyond that the graph would have to be partitioned (e.g. by anchor neighbourhood) instead of broadcast.
 
 Hubs are capped twice: a node offers at most ``hub_cap`` candidate neighbours (its own seeded weighted
-sample, drawn once per node in :func:`sampling_adjacency`), and a view holds at most ``max_view_nodes``
-nodes. Views where either cap, or a fan-out, dropped a candidate are marked ``truncated``. A node reached
-from several parents at one hop is kept once, with its smallest key, and carries the truncation
-flags of the dropped copies; a node already in the view is never sampled again.
+sample, drawn once per node in :func:`~spark_jobs.graph.sampling.sampling_adjacency`), and a view holds at
+most ``max_view_nodes`` nodes. Views where either cap, or a fan-out, dropped a candidate are marked
+``truncated``. A node reached from several parents at one hop is kept once, with its smallest key, and
+carries the truncation flags of the dropped copies; a node already in the view is never sampled again.
 
 Structure (distances truncated at ``max_dist``, edge types) is computed per view on the subgraph induced
 by the view's nodes. The induced edges are found from each member's list of pairs *oriented from the
 lower-degree endpoint* (degree ordering, as in triangle listing, Chiba & Nishizeki 1985): each undirected
 pair is stored once, at the endpoint with fewer neighbours, so a hub in thousands of views costs little.
-The small per-view BFS is :func:`~spark_jobs.graph.structure.view_structure`.
+The small per-view BFS is :func:`~spark_jobs.graph.structure.batch_structure`.
 
 Nightly increments (what is recomputed and why). A view depends on (a) the weights of the edges of every
 node it samples from, i.e. nodes within ``hops - 1`` of the anchor, and (b) which edges join its own nodes,
@@ -65,11 +67,20 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.graph.config import GraphConfig
-from spark_jobs.graph.sampling import AdjacencyRows, NodeRows, PairRows, ViewGraph, build_view_batch, sample_batch
+from spark_jobs.graph.sampling import (
+    NodeRows,
+    PairRows,
+    ViewGraph,
+    build_view_batch,
+    edges_among,
+    oriented_pairs,
+    sample_batch,
+    sampling_adjacency,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,74 +97,19 @@ _MEMBER_SCHEMA = "view string, anchor_idx long, node_idx long, pos int, trunc bo
 ANCHOR_BATCH = 512
 
 
-def _unit(*cols: Column) -> Column:
-    """A uniform number in (0, 1) from a 64-bit hash of ``cols`` (53 high bits, centred)."""
-    return (F.shiftrightunsigned(F.xxhash64(*cols), 11).cast("double") + 0.5) / float(2**53)
-
-
-def _node_hashes(nodes: DataFrame) -> DataFrame:
-    return nodes.select("node_idx", F.xxhash64("entity_id").alias("nh"))
-
-
-def sampling_adjacency(nodes: DataFrame, edges: DataFrame, config: GraphConfig) -> DataFrame:
-    """Candidate neighbours of every node: at most ``hub_cap``, chosen by a seeded weighted sample.
-
-    Multi-edges between a pair are merged (weights add up); self-loops are dropped (a node never samples
-    itself).
-
-    Returns:
-        ``src_idx, dst_idx, dst_h (hash of the neighbour's entity id), w, capped (src had more than
-        hub_cap neighbours)``.
-    """
-    # One shuffle: partitioned by src, the (src, dst) aggregation and the per-src window need no other.
-    pairs = edges.where(F.col("src_idx") != F.col("dst_idx")).repartition("src_idx").groupBy(
-        "src_idx", "dst_idx"
-    ).agg(F.sum("weight").alias("w"))
-    h = _node_hashes(nodes)
-    pairs = pairs.join(h.select(F.col("node_idx").alias("src_idx"), F.col("nh").alias("src_h")), "src_idx").join(
-        h.select(F.col("node_idx").alias("dst_idx"), F.col("nh").alias("dst_h")), "dst_idx"
-    )
-    key = -F.log(_unit(F.lit(config.seed), F.lit("pool"), "src_h", "dst_h")) / F.col("w")
-    by_src = Window.partitionBy("src_idx")
-    pairs = pairs.withColumn("_key", key).withColumns({
-        "_rn": F.row_number().over(by_src.orderBy("_key", "dst_idx")),
-        "_deg": F.count(F.lit(1)).over(by_src),
-    })
-    return pairs.where(F.col("_rn") <= config.hub_cap).select(
-        "src_idx", "dst_idx", "dst_h", "w", (F.col("_deg") > config.hub_cap).alias("capped")
-    )
-
-
-def oriented_pairs(nodes: DataFrame, edges: DataFrame) -> DataFrame:
-    """Each undirected connected pair once, oriented from the endpoint of lower (degree, node_idx).
-
-    Returns:
-        ``o_src, o_dst, t_fwd, t_bwd``: the highest edge type id ``o_src -> o_dst`` and back (0 if absent).
-    """
-    s, d = F.col("src_idx"), F.col("dst_idx")
-    und = edges.where(s != d).groupBy(F.least(s, d).alias("lo"), F.greatest(s, d).alias("hi")).agg(
-        F.coalesce(F.max(F.when(s < d, F.col("edge_type_id"))), F.lit(0)).alias("t_lohi"),
-        F.coalesce(F.max(F.when(s > d, F.col("edge_type_id"))), F.lit(0)).alias("t_hilo"),
-    )
-    deg = nodes.select("node_idx", "degree")
-    und = und.join(deg.toDF("lo", "deg_lo"), "lo").join(deg.toDF("hi", "deg_hi"), "hi")
-    lo_first = (F.col("deg_lo") < F.col("deg_hi")) | (F.col("deg_lo") == F.col("deg_hi"))  # ties: lo < hi
-    return und.select(
-        F.when(lo_first, F.col("lo")).otherwise(F.col("hi")).alias("o_src"),
-        F.when(lo_first, F.col("hi")).otherwise(F.col("lo")).alias("o_dst"),
-        F.when(lo_first, F.col("t_lohi")).otherwise(F.col("t_hilo")).alias("t_fwd"),
-        F.when(lo_first, F.col("t_hilo")).otherwise(F.col("t_lohi")).alias("t_bwd"),
-    )
-
-
 def collect_view_graph(nodes: DataFrame, edges: DataFrame, config: GraphConfig, pairs: bool = True) -> ViewGraph:
-    """Collect the sampling adjacency and the oriented pairs to the driver, as CSR arrays (through Arrow).
+    """Collect the nodes and the raw edge rows to the driver (through Arrow) and build the CSR graph there.
+
+    The sampling adjacency and the oriented pairs are computed in numpy
+    (:func:`~spark_jobs.graph.sampling.sampling_adjacency`, :func:`~spark_jobs.graph.sampling.oriented_pairs`):
+    from the collected rows that is a few sorts, where Spark needed a window and four joins over the edges.
+    Edge rows naming a node missing from ``nodes`` are left out (``graph_edges``' blocking check reports them).
 
     Args:
         nodes: the ``graph_nodes`` table.
         edges: the ``graph_edges`` table (symmetric).
-        config: ``hub_cap`` and ``seed`` of :func:`sampling_adjacency`.
-        pairs: also collect :func:`oriented_pairs` (needed for structure, not for sampling alone).
+        config: ``hub_cap`` and ``seed`` of the sampling adjacency.
+        pairs: also build the oriented pairs (needed for structure, not for sampling alone).
 
     Returns:
         The :class:`~spark_jobs.graph.sampling.ViewGraph` (see the module docstring for its size).
@@ -161,18 +117,26 @@ def collect_view_graph(nodes: DataFrame, edges: DataFrame, config: GraphConfig, 
     node_t = nodes.select(
         "node_idx", F.xxhash64("entity_id").alias("nh"), F.coalesce("node_type", F.lit(0)).alias("node_type")
     ).toArrow()
-    adj_t = sampling_adjacency(nodes, edges, config).select("src_idx", "dst_idx", "w", "capped").toArrow()
-    cols = ("o_src", "o_dst", "t_fwd", "t_bwd")
+    node_idx = node_t.column("node_idx").to_numpy()
+    present = np.zeros(int(node_idx.max(initial=-1)) + 1, dtype=bool)
+    present[node_idx] = True
+    node_hash = np.zeros(len(present), dtype=np.int64)
+    node_hash[node_idx] = node_t.column("nh").to_numpy()
+    edge_t = edges.select("src_idx", "dst_idx", F.col("weight").cast("double"), "edge_type_id").toArrow()
+    src, dst = edge_t.column("src_idx").to_numpy(), edge_t.column("dst_idx").to_numpy()
+    known = edges_among(src, dst, present)
+    if not known.all():
+        log.warning("views: %d edge rows naming an unknown node are left out", (~known).sum())
+    src, dst = src[known], dst[known]
+    adjacency = sampling_adjacency(src, dst, edge_t.column("weight").to_numpy()[known], node_hash, config.hub_cap,
+                                   config.seed)
     if pairs:
-        pair_t = oriented_pairs(nodes, edges).select(*cols).toArrow()
-        pair_cols = [pair_t.column(c).to_numpy() for c in cols]
-        del pair_t
+        pair_rows = oriented_pairs(src, dst, edge_t.column("edge_type_id").to_numpy(zero_copy_only=False)[known])
     else:
-        pair_cols = [np.zeros(0, dtype=np.int64)] * 4
+        pair_rows = PairRows(*[np.zeros(0, dtype=np.int64)] * 4)
+    del edge_t, src, dst
     graph = ViewGraph.from_arrays(
-        NodeRows(*(node_t.column(c).to_numpy() for c in ("node_idx", "nh", "node_type"))),
-        AdjacencyRows(*(adj_t.column(c).to_numpy() for c in ("src_idx", "dst_idx", "w", "capped"))),
-        PairRows(*pair_cols),
+        NodeRows(node_idx, node_t.column("nh").to_numpy(), node_t.column("node_type").to_numpy()), adjacency, pair_rows
     )
     log.info("views: collected graph of %d nodes, %d sampling entries, %d oriented pairs (%.1f MB)",
              graph.num_nodes, len(graph.adj_dst), len(graph.pair_dst), graph.nbytes / 2**20)

@@ -12,11 +12,14 @@ from spark_jobs.graph.sampling import (
     PairRows,
     ViewGraph,
     build_view_batch,
+    edges_among,
     hop_prefix,
     induced_edges,
     mix64,
+    oriented_pairs,
     sample_batch,
     sample_keys,
+    sampling_adjacency,
     unit_interval,
     view_code,
 )
@@ -196,3 +199,56 @@ def test_isolated_anchor_and_empty_batch():
     empty = build_view_batch(graph, np.zeros(0, np.int64), (4,), seed=0, view="broad", max_view_nodes=5,
                              max_dist=2)
     assert empty.nodes == [] and len(empty.truncated) == 0
+
+
+def _edge_rows(rng, n=30, p=0.2):
+    """Symmetric edge rows with multi-edges (two types on some pairs) and a self-loop."""
+    rows = []
+    for i in range(n):
+        for j in range(i + 1, n):
+            if rng.random() < p:
+                for t in ([1, 3] if rng.random() < 0.3 else [int(rng.integers(1, 5))]):
+                    w = float(rng.uniform(0.1, 5))
+                    rows += [(i, j, w, t), (j, i, w, t + 10)]
+    rows += [(0, 0, 1.0, 2), (0, 0, 1.0, 12)]
+    src, dst, w, t = (np.array(c) for c in zip(*rows, strict=True))
+    return src, dst, w, t
+
+
+def test_sampling_adjacency_keeps_each_nodes_smallest_keys_over_merged_weights():
+    rng = np.random.default_rng(4)
+    src, dst, w, _ = _edge_rows(rng)
+    hashes = rng.integers(-2**63, 2**63 - 1, 30, dtype=np.int64)
+    got = sampling_adjacency(src, dst, w, hashes, hub_cap=4, seed=9)
+    for node in range(30):
+        merged: dict[int, float] = {}
+        for a, b, x in zip(src, dst, w, strict=True):
+            if a == node and b != node:
+                merged[b] = merged.get(b, 0.0) + x
+        keys = {b: sample_keys(hop_prefix(9, "pool", hashes[[node]], 0), hashes[[b]], np.array([x]))[0]
+                for b, x in merged.items()}
+        want = sorted(keys, key=lambda b: (keys[b], b))[:4]
+        mine = got.src == node
+        assert sorted(got.dst[mine].tolist()) == sorted(want)
+        np.testing.assert_allclose(got.w[mine][np.argsort(got.dst[mine])], [merged[b] for b in sorted(want)])
+        assert (got.capped[mine] == (len(merged) > 4)).all()
+
+
+def test_oriented_pairs_store_each_pair_once_from_the_lower_degree_end():
+    rng = np.random.default_rng(5)
+    src, dst, _, t = _edge_rows(rng)
+    got = oriented_pairs(src, dst, t)
+    degree = np.bincount(src, minlength=30)
+    seen = set()
+    for a, b, fwd, bwd in zip(*got, strict=True):
+        assert a != b and (min(a, b), max(a, b)) not in seen
+        seen.add((min(a, b), max(a, b)))
+        assert (degree[a], a) < (degree[b], b)
+        assert fwd == t[(src == a) & (dst == b)].max() and bwd == t[(src == b) & (dst == a)].max()
+    assert seen == {(min(a, b), max(a, b)) for a, b in zip(src, dst, strict=True) if a != b}
+
+
+def test_edges_among_known_nodes_only():
+    present = np.array([True, False, True])
+    src, dst = np.array([0, 0, 2, -1, 5]), np.array([2, 1, 0, 0, 0])
+    assert edges_among(src, dst, present).tolist() == [True, False, True, False, False]
