@@ -5,7 +5,7 @@ Stages, each materialised before the next (``cache().count()`` / a ``noop`` writ
 iterations), ``views`` (build_views: the graph collected to the driver and broadcast, then sampling + induced
 subgraph + per-view shortest paths in numpy for all anchors, and the write; ``views_collect_seconds``, column
 ``collect_s``, is its first part). ``shortest_paths`` then compares the BFS kernel
-(``spark_jobs.graph.structure.batch_structure``, all views in one batch as in the stage) with scipy.sparse.csgraph
+(``spark_jobs.graph.structure.batch_structure``, in batches of the stage's size) with scipy.sparse.csgraph
 and networkx on the *same* views, on the driver (up to ``--sample-views`` views collected back), checking that all
 three agree.
 
@@ -96,6 +96,7 @@ def _read_bronze(spark, root: Path):
 
 def _compare_sp(rows, max_dist: int) -> dict:
     from spark_jobs.graph.structure import batch_structure
+    from spark_jobs.graph.views import ANCHOR_BATCH
 
     views = []
     for r in rows:
@@ -104,9 +105,12 @@ def _compare_sp(rows, max_dist: int) -> dict:
         src, dst = np.nonzero(et)
         views.append((n, src, dst, et[src, dst], np.frombuffer(r.dist, np.int8).reshape(n, n)))
     t0 = time.perf_counter()
-    ptr = np.r_[0, np.cumsum([len(v[1]) for v in views])].astype(np.int64)
-    cat = [np.concatenate([v[i] for v in views]) if views else np.zeros(0, np.int64) for i in (1, 2, 3)]
-    ours = batch_structure(np.array([v[0] for v in views]), ptr, *cat, np.zeros_like(cat[2]), max_dist)[0]
+    ours = []
+    for lo in range(0, len(views), ANCHOR_BATCH):  # batches of the stage's size
+        batch = views[lo:lo + ANCHOR_BATCH]
+        ptr = np.r_[0, np.cumsum([len(v[1]) for v in batch])].astype(np.int64)
+        cat = [np.concatenate([v[i] for v in batch]) for i in (1, 2, 3)]
+        ours += batch_structure(np.array([v[0] for v in batch]), ptr, *cat, np.zeros_like(cat[2]), max_dist)[0]
     t_ours = time.perf_counter() - t0
     t0 = time.perf_counter()
     sp = []

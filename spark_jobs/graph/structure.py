@@ -54,10 +54,10 @@ def batch_structure(
         local[views] = np.arange(len(views))
         sel = local[view_of_edge] >= 0
         v, s, d = local[view_of_edge[sel]], src[sel], dst[sel]
-        types = np.zeros((len(views), width, width), dtype=np.int64)
+        types = np.zeros((len(views), width, width), dtype=np.int16)  # ids are <= 255 here
         # np.maximum.at: with multi-edges the deepest (highest id) type wins, independent of row order.
-        np.maximum.at(types, (v, s, d), type_fwd[sel])
-        np.maximum.at(types, (v, d, s), type_bwd[sel])
+        np.maximum.at(types, (v, s, d), type_fwd[sel].astype(np.int16))
+        np.maximum.at(types, (v, d, s), type_bwd[sel].astype(np.int16))
         diag = np.arange(width)
         types[:, diag, diag] = 0
         dist = _distances((types > 0) | (types.transpose(0, 2, 1) > 0), max_dist)
