@@ -2,13 +2,17 @@
 
 Runs a fixed number of training steps (the first ``--warmup`` excluded from the timing) with each attention
 backend on the same batches, and reports steps/s, samples/s (anchors + engagement pairs per second), the share
-of a step spent packing views on the host, and the process' peak RSS. Inputs: a prepared evaluation split
+of a step spent packing views on the host, and the process' peak RSS. With ``--processes 1,2`` each backend also
+runs data-parallel: ``N`` spawned ranks (gloo, ``--threads`` torch threads each) train on the same global batches,
+each on its shard (``TrainConfig.processes = N``, as ``torchrun`` / ``TrainDistributor`` launch them); a row then
+reports the slowest rank's median step, samples/s of the global batch, the largest rank's peak RSS
+(``peak_rss_mb``) and the launching process' (``driver_peak_rss_mb``). Inputs: a prepared evaluation split
 (``--cache``, the pickle ``benchmarks/hir_ablations.py --cache`` writes; model settings from
 ``config/cpu_sample.yaml`` as there, ``--set`` on top) or, without ``--cache``, the toy graph of
 ``hir_pipeline.training.toy``.
 
 Usage: ``python benchmarks/train_throughput.py [--cache PATH] [--backends bucketed,chunked] [--steps 30]
-[--threads 2] [--set key=value ...] [--json PATH]``
+[--threads 2] [--processes 1,2] [--set key=value ...] [--json PATH]``
 """
 
 from __future__ import annotations
@@ -58,8 +62,12 @@ def _inputs(args) -> tuple[dict, object, list, list, tuple]:
     return settings, graph.features, graph.broad_views, graph.narrow_views, graph.engagement
 
 
-def run_backend(backend: str, settings: dict, data, args) -> dict:
-    """Time ``args.steps`` training steps with ``backend``; the same seeded batches for every backend."""
+def run_backend(backend: str, settings: dict, data, args, processes: int = 1) -> dict:
+    """Time ``args.steps`` training steps with ``backend``; the same seeded batches for every backend.
+
+    With ``processes > 1`` this is one rank of an initialised process group: it trains its shard of each global
+    batch, and the timing covers the step's collectives.
+    """
     features, broad, narrow, engagement = data
     model_names = {f.name for f in dataclasses.fields(ModelConfig)}
     train_names = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -72,7 +80,7 @@ def run_backend(backend: str, settings: dict, data, args) -> dict:
     else:
         model_cfg = ModelConfig(**model_kw)
     train_cfg = TrainConfig(**{k: v for k, v in settings.items() if k in train_names},
-                            device="cpu", log_every=0, seed=0)
+                            device="cpu", log_every=0, seed=0, processes=processes)
     trainer = Trainer(model_cfg, train_cfg, features, broad, narrow, engagement)
     rng = np.random.default_rng(0)
     n_pairs = len(trainer.pairs[0]) if trainer.pairs is not None else 0
@@ -84,17 +92,56 @@ def run_backend(backend: str, settings: dict, data, args) -> dict:
         t0 = time.perf_counter()
         trainer.train_step(step, anchors, rng, pair_idx)
         times.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()  # host-side packing alone, for the share of a step it takes
-        pack_views([trainer.narrow[int(a)] for a in anchors], pad_to=train_cfg.pad_to, max_dist=model_cfg.max_dist)
-        pack_views([trainer.broad[int(a)] for a in anchors], pad_to=train_cfg.pad_to, max_dist=model_cfg.max_dist)
+        t0 = time.perf_counter()  # host-side packing alone (of this rank's shard), for the share of a step it takes
+        mine = anchors if trainer.ranks is None else trainer.ranks.shard(anchors)
+        pack_views([trainer.narrow[int(a)] for a in mine], pad_to=train_cfg.pad_to, max_dist=model_cfg.max_dist)
+        pack_views([trainer.broad[int(a)] for a in mine], pad_to=train_cfg.pad_to, max_dist=model_cfg.max_dist)
         pack_times.append(time.perf_counter() - t0)
     timed = times[args.warmup:]
     step_s = statistics.median(timed)
     samples = train_cfg.batch_size + (min(train_cfg.engagement_batch_size, n_pairs) if n_pairs else 0)
-    return {"backend": backend, "steps": len(timed), "step_ms": round(1e3 * step_s, 1),
+    return {"backend": backend, "processes": processes, "steps": len(timed), "step_ms": round(1e3 * step_s, 1),
             "steps_per_s": round(1 / step_s, 3), "samples_per_s": round(samples / step_s, 1),
             "anchor_pack_share": round(statistics.median(pack_times[args.warmup:]) / step_s, 3),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def _rank_main(rank: int, world: int, port: int, backend: str, args, queue) -> None:
+    """One spawned rank: join the gloo group, run :func:`run_backend`, put its row on ``queue``."""
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        args.prepared_inputs = pickle.loads(args.cache.read_bytes())["inputs"] if args.cache else None
+        settings, *data = _inputs(args)
+        settings.update({k: _value(v) for k, v in (s.split("=", 1) for s in args.set)})
+        queue.put(run_backend(backend, settings, data, args, processes=world))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_parallel(backend: str, world: int, args) -> dict:
+    """:func:`run_backend` on ``world`` spawned ranks; the slowest rank's step, the largest rank's memory."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:  # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    child_args = argparse.Namespace(**{**vars(args), "prepared_inputs": None})  # each rank loads its own copy
+    mp.spawn(_rank_main, args=(world, port, backend, child_args, queue), nprocs=world, join=True)
+    rows = [queue.get() for _ in range(world)]
+    slowest = max(rows, key=lambda r: r["step_ms"])  # samples/s: of the global batch, at the slowest rank's pace
+    return {**slowest, "anchor_pack_share": max(r["anchor_pack_share"] for r in rows),
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in rows)}
 
 
 def _value(text: str):
@@ -111,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=3, help="first steps excluded from the timing")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--processes", default="1", help="comma-separated process counts (gloo ranks on CPU)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="setting override (JSON value)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -119,7 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     args.prepared_inputs = pickle.loads(args.cache.read_bytes())["inputs"] if args.cache else None
     settings, *data = _inputs(args)
     settings.update({k: _value(v) for k, v in (s.split("=", 1) for s in args.set)})
-    rows = [run_backend(b, settings, data, args) for b in args.backends.split(",")]
+    rows = []
+    for world in (int(x) for x in args.processes.split(",")):
+        for b in args.backends.split(","):
+            row = run_backend(b, settings, data, args) if world == 1 else run_parallel(b, world, args)
+            rows.append({**row, "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)})
     cols = list(rows[0])
     print(" | ".join(f"{c:>17}" for c in cols))
     for r in rows:
