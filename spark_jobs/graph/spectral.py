@@ -1,4 +1,4 @@
-"""Graph-wide spectral structure embedding: the top eigenvectors of the normalised adjacency, in Spark DataFrames.
+"""Graph-wide spectral structure embedding: the top eigenvectors of the normalised adjacency, on the driver.
 
 On a user-item graph this is a truncated SVD of the degree-normalised interaction matrix, the collaborative
 signal of PureSVD (Cremonesi, Koren & Turrin, "Performance of Recommender Algorithms on Top-N Recommendation
@@ -21,9 +21,10 @@ singular value ``s`` of the user-item matrix giving eigenvalues ``+s`` and ``-s`
 the largest ``|lambda|`` (both halves, hence twice ``d`` columns and an oversampling of 8); only the positive
 half scores a pair as the SVD does (``e_u . e_i = sum_k lambda_k x_uk x_ik = 1/2 sum_k u_k s_k v_k``).
 
-Where the work runs, and why. Spark computes the start rows (hashes of entity ids); they and the
-``graph_edges`` rows are collected to the driver through Arrow and the iterations run there in scipy (one sparse product
-and a ``p x p`` eigendecomposition each). As Spark jobs, each iteration was a join of every edge with its
+Where the work runs, and why. The ``graph_edges`` rows and each node's ``xxhash64(entity_id)`` are collected to
+the driver through Arrow; the start rows are drawn there with the numpy twin of Spark's ``xxhash64``
+(:mod:`spark_jobs.graph.xxhash`, the same rows as FastRP's projection) and the iterations run in scipy (one sparse
+product and a ``p x p`` eigendecomposition each). As Spark jobs, each iteration was a join of every edge with its
 neighbour's ``p``-wide row plus ``p`` sums per node: at 10^7 events that took minutes, where scipy's product takes
 about a second, and on small graphs the dozens of Spark jobs cost more than the arithmetic
 (docs/results.md). ``orth`` keeps ``X = Y U diag(g^-1/2)`` over the eigenpairs ``(g, U)`` of the Gram matrix
