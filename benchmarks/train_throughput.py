@@ -103,7 +103,18 @@ def run_backend(backend: str, settings: dict, data, args, processes: int = 1) ->
     return {"backend": backend, "processes": processes, "steps": len(timed), "step_ms": round(1e3 * step_s, 1),
             "steps_per_s": round(1 / step_s, 3), "samples_per_s": round(samples / step_s, 1),
             "anchor_pack_share": round(statistics.median(pack_times[args.warmup:]) / step_s, 3),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+            "peak_rss_mb": round(peak_rss_mb())}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS: ``VmHWM`` on Linux (reset at exec, so a spawned rank's own), else ``ru_maxrss``,
+    which a child started by fork + exec inherits from its parent."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _rank_main(rank: int, world: int, port: int, backend: str, args, queue) -> None:
@@ -171,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     for world in (int(x) for x in args.processes.split(",")):
         for b in args.backends.split(","):
             row = run_backend(b, settings, data, args) if world == 1 else run_parallel(b, world, args)
-            rows.append({**row, "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)})
+            rows.append({**row, "driver_peak_rss_mb": round(peak_rss_mb())})
     cols = list(rows[0])
     print(" | ".join(f"{c:>17}" for c in cols))
     for r in rows:
