@@ -59,7 +59,7 @@ from spark_jobs.arrow_columns import list_column
 from spark_jobs.graph.config import GraphConfig
 from spark_jobs.graph.fastrp import STRUCTURE_COLUMN
 from spark_jobs.graph.sampling import edges_among
-from spark_jobs.graph.xxhash import xxhash64_longs
+from spark_jobs.graph.xxhash import spark_unit_interval, xxhash64_longs
 
 log = logging.getLogger(__name__)
 
@@ -137,11 +137,6 @@ def subspace_iteration(m: sp.csr_matrix, x0: np.ndarray, iterations: int, dim: i
     return x @ ritz_projection(x.T @ (m @ x), dim)
 
 
-def unit_interval(h: np.ndarray) -> np.ndarray:
-    """:func:`spark_jobs.graph.fastrp.unit_interval` in numpy: ``(h >>> 11 + 0.5) / 2**53``, exact in float64."""
-    return ((np.asarray(h, dtype=np.int64).view(np.uint64) >> np.uint64(11)).astype(np.float64) + 0.5) / float(2**53)
-
-
 def start_rows(node_hash: np.ndarray, config: GraphConfig, width: int) -> np.ndarray:
     """``[N, width]`` rows of :func:`spark_jobs.graph.fastrp.projection_row`, bit for bit, from ``xxhash64(entity_id)``.
 
@@ -154,7 +149,7 @@ def start_rows(node_hash: np.ndarray, config: GraphConfig, width: int) -> np.nda
     p, scale = 1.0 / (2.0 * s), float(np.sqrt(s))
     rows = np.zeros((len(node_hash), width))
     for j in range(width):  # a column at a time: no [N, p] temporaries
-        u = unit_interval(xxhash64_longs(int(config.seed), node_hash, j))
+        u = spark_unit_interval(xxhash64_longs(int(config.seed), node_hash, j))
         rows[:, j] = np.where(u < p, scale, np.where(u > 1.0 - p, -scale, 0.0))
     return rows
 
@@ -199,7 +194,7 @@ def spectral_embeddings(index: DataFrame, edges: DataFrame, config: GraphConfig)
     del rows, src, dst, known
     at = np.searchsorted(idx, nodes)
     x0 = start_rows(node_hash[at], config, width)
-    r = unit_interval(xxhash64_longs(nodes, int(config.seed))) - 0.5
+    r = spark_unit_interval(xxhash64_longs(nodes, int(config.seed))) - 0.5
     log.info("spectral: collected %d nodes, %d matrix entries in %.1f s", len(nodes), m.nnz, time.perf_counter() - t0)
     t0 = time.perf_counter()
     e = subspace_iteration(m, x0, config.structure_power_iterations, dim)

@@ -45,3 +45,9 @@ def xxhash64_longs(*columns: np.ndarray | int, seed: int = SPARK_SEED) -> np.nda
             np.uint64(int(column) & (2**64 - 1))
         h = _hash_long(value, h)
     return np.asarray(h, dtype=np.uint64).view(np.int64)
+
+
+def spark_unit_interval(h: np.ndarray) -> np.ndarray:
+    """:func:`spark_jobs.graph.fastrp.unit_interval` of ``int64`` hashes in numpy: ``(h >>> 11 + 0.5) / 2**53``,
+    exact in float64 (the views' sampler uses its own 52-bit :func:`spark_jobs.graph.sampling.unit_interval`)."""
+    return ((np.asarray(h, dtype=np.int64).view(np.uint64) >> np.uint64(11)).astype(np.float64) + 0.5) / float(2**53)
