@@ -8,6 +8,10 @@ and receive the Delta jars from the driver (``spark.jars``): code that relied on
 path, a global set on the driver, a jar only on the driver's classpath) fails here. ``spark.driver.maxResultSize``
 is kept small so that collecting table-sized data to the driver fails too.
 
+The interest model's data-parallel training runs there too: ``TorchDistributor`` with ``local_mode=False`` (the
+choice for a ``spark://`` master) trains the two ranks as barrier tasks on the executor, and the model is the one
+two ranks launched directly train, bit for bit.
+
 Starting the cluster is slow; that the test still selects all three stages from the code location (a renamed
 group would silently shrink it) is checked fast.
 """
@@ -15,9 +19,11 @@ group would silently shrink it) is checked fast.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
+import torch
 
 from tests.assets.conftest import SMALL_STRUCTURE
 from tests.operations.conftest import RUN_DATE
@@ -43,6 +49,16 @@ def _selection() -> tuple[str, list[str]]:
     names = {k.to_user_string(): graph.get(k).group_name for k in graph.get_all_asset_keys()}
     present = [g for g in GROUPS if g in names.values()]
     return " or ".join(f"group:{g}" for g in present), sorted(n for n, g in names.items() if g in present)
+
+
+def _application(cluster: SparkStandalone, name: str) -> tuple[dict, str]:
+    """The master's record of the one application called ``name`` and its executors' stderr."""
+    state = cluster.state()
+    apps = [a for a in state["completedapps"] + state["activeapps"] if a["name"] == name]
+    assert len(apps) == 1 and apps[0]["cores"] >= 1, state
+    executor_dirs = list(cluster.work_dir.glob(f"{apps[0]['id']}/*"))
+    assert executor_dirs, f"no executor folder under {cluster.work_dir}"
+    return apps[0], "\n".join((d / "stderr").read_text(errors="replace") for d in executor_dirs)
 
 
 def test_selection_covers_ingestion_graph_and_content_embeddings():
@@ -92,16 +108,11 @@ def test_ingestion_graph_and_embeddings_run_on_a_standalone_cluster(cluster, ops
         runs = instance.get_runs()
         assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS], log_tail(log, 60)
 
-    # The application ran on the cluster: registered with the master, given the worker's cores ...
-    state = cluster.state()
-    apps = [a for a in state["completedapps"] + state["activeapps"] if a["name"] == "hir-pipeline"]
-    assert len(apps) == 1 and apps[0]["cores"] >= 1, state
-    # ... and its executor, in the worker's own folder, fetched the Delta jars from the driver and ran the tasks.
-    executor_dirs = list(cluster.work_dir.glob(f"{apps[0]['id']}/*"))
-    assert executor_dirs, f"no executor folder under {cluster.work_dir}"
-    fetched = [j for d in executor_dirs for j in d.glob("io.delta_delta-spark_*.jar")]
-    assert fetched, f"no Delta jar fetched into {executor_dirs}"
-    stderr = "\n".join((d / "stderr").read_text(errors="replace") for d in executor_dirs)
+    # The application ran on the cluster: registered with the master, given the worker's cores, and its executor,
+    # in the worker's own folder, fetched the Delta jars from the driver and ran the tasks.
+    app, stderr = _application(cluster, "hir-pipeline")
+    fetched = list(cluster.work_dir.glob(f"{app['id']}/*/io.delta_delta-spark_*.jar"))
+    assert fetched, f"no Delta jar fetched into {cluster.work_dir / app['id']}"
     assert "Finished task" in stderr and "Running task" in stderr
 
     # Every selected table was written, with rows for the run date where the table is dated.
@@ -112,3 +123,39 @@ def test_ingestion_graph_and_embeddings_run_on_a_standalone_cluster(cluster, ops
         assert table.num_rows > 0, name
         if "run_date" in table.column_names and name.startswith("graph_"):
             assert {str(d) for d in table.column("run_date").to_pylist()} == {RUN_DATE}, name
+
+
+@pytest.mark.slow
+def test_torch_distributor_trains_the_ranks_on_the_executors_like_two_direct_ranks(cluster, tmp_path):
+    from hir_pipeline.training.distributed import save_inputs
+    from tests.hir_pipeline.training.test_data_parallel import MODEL, _run_ranks, toy_inputs
+
+    out = tmp_path / "distributor"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_SUBMIT_ARGS", "HIR_"))}
+    env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=str(VENV_BIN / "python"), PYTHONUNBUFFERED="1")
+    log = tmp_path / "distributor.log"
+    with log.open("w") as stdout:
+        proc = subprocess.run([str(VENV_BIN / "python"), "-m", "tests.operations.distributor_job",
+                               "--master", cluster.url, "--out", str(out)],
+                              cwd=REPO, env=env, stdout=stdout, stderr=subprocess.STDOUT, timeout=600)
+    assert proc.returncode == 0, log_tail(log, 60)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["local_mode"] is False and summary["use_gpu"] is False
+
+    # The ranks ran on the cluster's executor as one barrier stage of two tasks, not on the driver.
+    _, stderr = _application(cluster, "hir-distributor")
+    for task in (0, 1):
+        assert f"BarrierTaskContext: Task {task} from Stage" in stderr, stderr[-4000:]
+        assert f"Finished task {task}.0" in stderr, stderr[-4000:]
+
+    # Same seed, same model: the losses and every trained parameter equal those of two ranks launched directly
+    # (prototypes are refined after training from the published embeddings, so they are compared there).
+    direct = _run_ranks(2, str(save_inputs(toy_inputs(), tmp_path / "inputs.pkl")), MODEL, tmp_path / "ranks")
+    assert summary["losses"] == [m["loss"] for m in direct[0]["history"]]
+    assert summary["fingerprint"] == direct[0]["fingerprint"]
+    state = torch.load(direct[0]["checkpoint"], map_location="cpu", weights_only=True)["student"]
+    published = torch.load(out / "published.pt", map_location="cpu", weights_only=True)
+    trained = {k for k in published if not k.startswith("hierarchy.prototypes.")}
+    assert trained and all(torch.equal(published[k], state[k]) for k in trained)
+    assert summary["num_embeddings"] == toy_inputs().num_nodes
