@@ -234,6 +234,11 @@ class TrainConfig:
         log_every: log progress every this many steps (0: once per epoch only).
         pad_to: packed sequence lengths are padded to a multiple of this (FlexAttention block size).
         infer_batch_size: views per batch in ``infer``.
+        prefetch_batches: step batches prepared ahead of the step in a background thread (views augmented and
+            packed while the previous step computes; ``hir_pipeline.training.prefetch``); 0 prepares each one inside
+            its step; ``None``: 2 when training on CUDA, 0 on CPU, where that thread takes cores from the step's own
+            threads (``benchmarks/train_throughput.py --prefetch``). The batches, and so the model, are the same
+            either way.
         published_encoder: which of the two trained networks is published (embeddings, cluster probabilities,
             the logged model): ``"student"`` or ``"teacher"`` (the EMA model). DINO publishes the teacher, whose
             weight average wins after a long schedule; after a short CPU schedule the EMA teacher lags the student
@@ -284,6 +289,7 @@ class TrainConfig:
     log_every: int = 50
     pad_to: int = 128
     infer_batch_size: int = 256
+    prefetch_batches: int | None = None
     published_encoder: PublishedEncoder = "student"
     schedule_budget_s: float | None = None
     engagement_weights: tuple[float, ...] | None = None
@@ -295,6 +301,8 @@ class TrainConfig:
             raise ValueError("prototype_refinement_iters must be >= 0")
         if self.processes < 1:
             raise ValueError("processes must be >= 1")
+        if self.prefetch_batches is not None and self.prefetch_batches < 0:
+            raise ValueError("prefetch_batches must be >= 0 (or None: by device)")
         if self.schedule_budget_s is not None and self.schedule_budget_s <= 0:
             raise ValueError("schedule_budget_s must be > 0 (or None: no limit)")
         if self.id_lr is not None and self.id_lr < 0:

@@ -52,7 +52,7 @@ RankLauncher = Callable[[str, ModelConfig, TrainConfig, str], dict[str, Any]]
 INPUTS_FILE = "inputs.pkl"
 #: TrainConfig fields that do not change what is computed (where and how verbosely it runs).
 _OPERATIONAL_FIELDS = frozenset({"device", "checkpoint_dir", "resume", "keep_checkpoints", "log_every",
-                                 "infer_batch_size"})
+                                 "infer_batch_size", "prefetch_batches"})
 
 
 @dataclass

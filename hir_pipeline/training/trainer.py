@@ -33,14 +33,15 @@ checkpoints.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ import torch
 from torch import nn
 
 from hir_pipeline.contracts import ENTITY_TYPES
-from hir_pipeline.model.batch import pack_views
+from hir_pipeline.model.batch import PackedBatch, pack_views
 from hir_pipeline.model.config import PUBLISHED_ENCODERS, ModelConfig, TrainConfig
 from hir_pipeline.model.distillation import (
     EngagementTemperature,
@@ -68,11 +69,35 @@ from hir_pipeline.model.publication import published_rows
 from hir_pipeline.model.refine import spherical_kmeans
 from hir_pipeline.training.collate import augment_view, drop_node
 from hir_pipeline.training.parallel import Ranks, pad_cyclic
+from hir_pipeline.training.prefetch import prefetched
 from hir_pipeline.training.sampling import EngagementSampler, partner_lists
 
 log = logging.getLogger(__name__)
 
 EpochCallback = Callable[[int, dict[str, Any]], None]
+
+
+@dataclass
+class StepBatch:
+    """The host-side inputs of one training step (:meth:`Trainer.prepare_step`), on the CPU.
+
+    Args:
+        anchors: this rank's anchor node ids.
+        pair_idx: the engagement sampler's rows of the (global) pair batch, or ``None``.
+        local_idx: the rows of ``pair_idx`` this rank embeds (all of them in one process).
+        n_distill: student views of the distillation part (anchors, then their multi-crops).
+        student: packed student views: distillation views, then the pairs' users, then their items.
+        teacher: packed broad views of the anchors.
+        teacher_index: for each distillation view, the row of its anchor's teacher output.
+    """
+
+    anchors: np.ndarray
+    pair_idx: np.ndarray | None
+    local_idx: np.ndarray | None
+    n_distill: int
+    student: PackedBatch
+    teacher: PackedBatch
+    teacher_index: torch.Tensor
 
 
 def resolve_device(device: str) -> torch.device:
@@ -303,7 +328,8 @@ class Trainer:
 
     def train_step(self, step: int, anchors: np.ndarray, rng: np.random.Generator,
                    pair_idx: np.ndarray | None) -> dict[str, Any]:
-        """One optimisation step on ``anchors`` (and engagement pairs ``pair_idx``), then the EMA update.
+        """One optimisation step on ``anchors`` (and engagement pairs ``pair_idx``), then the EMA update:
+        :meth:`prepare_step` then :meth:`run_step`.
 
         Args:
             step: global step (drives the learning-rate and EMA schedules).
@@ -316,6 +342,13 @@ class Trainer:
             ``loss``, ``dino``, ``cross_entity``, ``engagement``, ``engagement_temp``, ``per_level`` floats and the
             per-level ``teacher_probs``.
         """
+        return self.run_step(step, self.prepare_step(anchors, rng, pair_idx))
+
+    def prepare_step(self, anchors: np.ndarray, rng: np.random.Generator,
+                     pair_idx: np.ndarray | None) -> StepBatch:
+        """The host-side inputs of a step: augmented student views (and multi-crops), the teacher's broad views and
+        the pairs' views, packed. Depends on the inputs and ``rng`` only, never on the model, so the epoch loop
+        prepares the next steps ahead (``TrainConfig.prefetch_batches``). Arguments as :meth:`train_step`."""
         mc, tc = self.model_cfg, self.cfg
         n_anchor = len(anchors)
         student_views = [augment_view(self.narrow[int(a)], rng, mc.node_dropout, mc.edge_dropout) for a in anchors]
@@ -323,15 +356,13 @@ class Trainer:
         n_crops = int(round(mc.multi_crop_share * n_anchor)) if mc.distillation_weight > 0 else 0
         student_views += [augment_view(self.broad[int(a)], rng, mc.node_dropout, mc.edge_dropout)
                           for a in anchors[:n_crops]]
-        teacher_index = torch.as_tensor(np.r_[np.arange(n_anchor), np.arange(n_crops)], device=self.device)
         n_distill = len(student_views)
         hide = rng.random(n_distill) < mc.anchor_feature_mask if mc.anchor_feature_mask > 0 else None
-        teacher_views = [self.broad[int(a)] for a in anchors]
+        local_idx = None
         if pair_idx is not None:
-            sampler = self.sampler
             # Data parallel: ``pair_idx`` is the global batch; this rank embeds its shard of the pairs.
             local_idx = pair_idx if self.ranks is None else self.ranks.shard(pair_idx)
-            users, items = sampler.users[local_idx], sampler.items[local_idx]
+            users, items = self.sampler.users[local_idx], self.sampler.items[local_idx]
             student_views += self.pair_views(users, items)
         s_batch = pack_views(student_views, pad_to=tc.pad_to, max_dist=mc.max_dist)
         if pair_idx is not None and self.features.history is not None:
@@ -340,8 +371,23 @@ class Trainer:
             hidden = torch.zeros(s_batch.layout.seq_len, dtype=torch.bool)
             hidden[s_batch.layout.anchor_positions()[:n_distill][torch.as_tensor(hide)]] = True
             s_batch.hide_features = hidden
-        s_batch = s_batch.to(self.device)
-        t_batch = pack_views(teacher_views, pad_to=tc.pad_to, max_dist=mc.max_dist).to(self.device)
+        return StepBatch(
+            anchors=anchors, pair_idx=pair_idx, local_idx=local_idx, n_distill=n_distill, student=s_batch,
+            teacher=pack_views([self.broad[int(a)] for a in anchors], pad_to=tc.pad_to, max_dist=mc.max_dist),
+            teacher_index=torch.as_tensor(np.r_[np.arange(n_anchor), np.arange(n_crops)]),
+        )
+
+    def run_step(self, step: int, batch: StepBatch) -> dict[str, Any]:
+        """The device side of a step on a :meth:`prepare_step` batch: forward, losses, backward, optimizer and EMA
+        update. Returns what :meth:`train_step` returns."""
+        mc, tc = self.model_cfg, self.cfg
+        anchors, pair_idx, local_idx, n_distill = batch.anchors, batch.pair_idx, batch.local_idx, batch.n_distill
+        n_anchor = len(anchors)
+        s_batch, t_batch = batch.student.to(self.device), batch.teacher.to(self.device)
+        teacher_index = batch.teacher_index.to(self.device)
+        if pair_idx is not None:
+            sampler = self.sampler
+            users, items = sampler.users[local_idx], sampler.items[local_idx]
         for group in self.optimizer.param_groups:
             group["lr"] = self.lr_at(step, group.get("peak_lr"))
 
@@ -439,6 +485,27 @@ class Trainer:
         return pair_exclusions(batch.node_idx, batch.layout.view_id, torch.cat([none, pairs_u]),
                                torch.cat([none, pairs_i]))
 
+    @property
+    def prefetch_depth(self) -> int:
+        """Step batches prepared ahead (``TrainConfig.prefetch_batches``; by default 2 on CUDA, 0 on CPU)."""
+        depth = self.cfg.prefetch_batches
+        return depth if depth is not None else (2 if self.device.type == "cuda" else 0)
+
+    def _epoch_batches(self, perm: np.ndarray, rng: np.random.Generator,
+                       aug_rng: np.random.Generator) -> Iterator[StepBatch]:
+        """The epoch's step batches in order: anchors from ``perm``, pairs drawn from ``rng``, views augmented
+        with ``aug_rng`` (in one process the same generator, consumed in the same order as an inline loop)."""
+        tc = self.cfg
+        for i in range(self.steps_per_epoch):
+            anchors = perm[i * tc.batch_size:(i + 1) * tc.batch_size]
+            pair_idx = None if self.sampler is None else self.sampler.draw(rng, tc.engagement_batch_size)
+            if self.ranks is not None:  # a short last batch is topped up so that no rank's shard is empty
+                world = self.ranks.world_size
+                anchors = self.ranks.shard(pad_cyclic(anchors, perm, world))
+                if pair_idx is not None:  # equal shards (gathered for the negatives), none empty
+                    pair_idx = pad_cyclic(pair_idx, pair_idx, -(-len(pair_idx) // world) * world)
+            yield self.prepare_step(anchors, aug_rng, pair_idx)
+
     def _run_epoch(self, epoch: int) -> dict[str, Any]:
         tc = self.cfg
         rng = np.random.default_rng([tc.seed, epoch])  # batch order and pair draws: shared by every rank
@@ -456,25 +523,19 @@ class Trainer:
         prob_sums = [torch.zeros(k, device=self.device) for k in self.model_cfg.level_sizes]
         n_rows = 0
         t0 = time.perf_counter()
-        for i in range(self.steps_per_epoch):
-            anchors = perm[i * tc.batch_size:(i + 1) * tc.batch_size]
-            pair_idx = None if self.sampler is None else self.sampler.draw(rng, tc.engagement_batch_size)
-            step = epoch * self.steps_per_epoch + i
-            if self.ranks is not None:  # a short last batch is topped up so that no rank's shard is empty
-                world = self.ranks.world_size
-                anchors = self.ranks.shard(pad_cyclic(anchors, perm, world))
-                if pair_idx is not None:  # equal shards (gathered for the negatives), none empty
-                    pair_idx = pad_cyclic(pair_idx, pair_idx, -(-len(pair_idx) // world) * world)
-            out = self.train_step(step, anchors, aug_rng, pair_idx)
-            for key in sums:
-                sums[key] += out[key]
-            for lvl in range(n_levels):
-                level_sums[lvl] += out["per_level"][lvl]
-                prob_sums[lvl] += out["teacher_probs"][lvl].sum(0)
-            n_rows += len(anchors)
-            if tc.log_every and (i + 1) % tc.log_every == 0:
-                log.info("epoch %d step %d/%d loss %.4f (%.1f steps/s)", epoch, i + 1, self.steps_per_epoch,
-                         sums["loss"] / (i + 1), (i + 1) / (time.perf_counter() - t0))
+        batches = prefetched(self._epoch_batches(perm, rng, aug_rng), self.prefetch_depth)
+        with contextlib.closing(batches):  # a failing step stops the producer thread now, not at garbage collection
+            for i, batch in enumerate(batches):
+                out = self.run_step(epoch * self.steps_per_epoch + i, batch)
+                for key in sums:
+                    sums[key] += out[key]
+                for lvl in range(n_levels):
+                    level_sums[lvl] += out["per_level"][lvl]
+                    prob_sums[lvl] += out["teacher_probs"][lvl].sum(0)
+                n_rows += len(batch.anchors)
+                if tc.log_every and (i + 1) % tc.log_every == 0:
+                    log.info("epoch %d step %d/%d loss %.4f (%.1f steps/s)", epoch, i + 1, self.steps_per_epoch,
+                             sums["loss"] / (i + 1), (i + 1) / (time.perf_counter() - t0))
         if self.ranks is not None:  # metrics of the global batches: every rank reports the same numbers
             keys = list(sums)
             means = self.ranks.mean(torch.tensor([sums[k] for k in keys] + level_sums, dtype=torch.float64))

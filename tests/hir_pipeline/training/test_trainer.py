@@ -68,6 +68,38 @@ def test_resume_after_crash_equals_straight_training(toy, tmp_path):
         assert torch.equal(straight.loss_fn.center(lvl), resumed.loss_fn.center(lvl))
 
 
+def test_batches_prepared_ahead_train_the_same_model_as_inline(toy, tmp_path):
+    """Prefetching runs the same producer in a thread: same draws, same batches, the same model bit for bit."""
+    trained = {}
+    for depth in (0, 3):
+        trainer = Trainer(MODEL, _train_cfg(tmp_path / str(depth), prefetch_batches=depth, epochs=3), toy.features,
+                          toy.broad_views, toy.narrow_views, toy.engagement)
+        trained[depth] = (trainer.fit(), trainer.student.state_dict(), trainer.teacher.state_dict())
+    assert Trainer(MODEL, _train_cfg(tmp_path / "auto"), toy.features, toy.broad_views).prefetch_depth == 0  # CPU
+    (inline, s0, t0), (ahead, s3, t3) = trained[0], trained[3]
+    assert [h["loss"] for h in ahead] == [h["loss"] for h in inline]
+    assert all(torch.equal(s0[k], s3[k]) for k in s0) and all(torch.equal(t0[k], t3[k]) for k in t0)
+
+
+def test_a_failing_step_stops_the_batch_producer(toy, tmp_path, monkeypatch):
+    import threading
+
+    trainer = Trainer(MODEL, _train_cfg(tmp_path, prefetch_batches=2), toy.features, toy.broad_views,
+                      toy.narrow_views, toy.engagement)
+    prepared = []
+    prepare = trainer.prepare_step
+    monkeypatch.setattr(trainer, "prepare_step", lambda *a: prepared.append(1) or prepare(*a))
+
+    def fail(step, batch):
+        raise _Crash(f"step {step}")
+
+    monkeypatch.setattr(trainer, "run_step", fail)
+    with pytest.raises(_Crash, match="step 0"):
+        trainer.fit()
+    assert not [t for t in threading.enumerate() if t.name == "hir-batch-prefetch"]
+    assert len(prepared) <= 1 + 2 + 1  # the failed step's batch, the queue's two, at most one in the making
+
+
 class _Payload:
     """Unpickling this runs ``Path.touch`` on a file: what a tampered checkpoint could make ``torch.load`` do."""
 
