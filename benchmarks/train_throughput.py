@@ -1,10 +1,13 @@
-"""Training throughput: steps and samples per second of ``Trainer.train_step`` per attention backend.
+"""Training throughput: steps and samples per second of the training step per attention backend and prefetch depth.
 
 Runs a fixed number of training steps (the first ``--warmup`` excluded from the timing) with each attention
-backend on the same batches, and reports steps/s, samples/s (anchors + engagement pairs per second), the share
-of a step spent packing views on the host, and the process' peak RSS. With ``--processes 1,2`` each backend also
-runs data-parallel: ``N`` spawned ranks (gloo, ``--threads`` torch threads each) train on the same global batches,
-each on its shard (``TrainConfig.processes = N``, as ``torchrun`` / ``TrainDistributor`` launch them); a row then
+backend on the same batches, their host-side inputs (augmented, packed views: ``Trainer.prepare_step``) prepared
+inside the step (``--prefetch 0``) or ahead of it in a background thread (``TrainConfig.prefetch_batches``), and
+reports steps/s, samples/s (anchors + engagement pairs per second), the median time to prepare a batch
+(``prepare_ms``: what prefetching takes off the step) and the process' peak RSS. A step's time runs from the end
+of the previous step, so it includes any wait for its batch. With ``--processes 1,2`` each backend also runs
+data-parallel: ``N`` spawned ranks (gloo, ``--threads`` torch threads each) train on the same global batches, each
+on its shard (``TrainConfig.processes = N``, as ``torchrun`` / ``TorchDistributor`` launch them); a row then
 reports the slowest rank's median step, samples/s of the global batch, the largest rank's peak RSS
 (``peak_rss_mb``) and the launching process' (``driver_peak_rss_mb``). Inputs: a prepared evaluation split
 (``--cache``, the pickle ``benchmarks/hir_ablations.py --cache`` writes; model settings from
@@ -12,12 +15,13 @@ reports the slowest rank's median step, samples/s of the global batch, the large
 ``hir_pipeline.training.toy``.
 
 Usage: ``python benchmarks/train_throughput.py [--cache PATH] [--backends bucketed,chunked] [--steps 30]
-[--threads 2] [--processes 1,2] [--set key=value ...] [--json PATH]``
+[--threads 2] [--processes 1,2] [--prefetch 0,2] [--set key=value ...] [--json PATH]``
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import pickle
@@ -34,8 +38,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from hir_pipeline.model.batch import pack_views  # noqa: E402
 from hir_pipeline.model.config import ModelConfig, TrainConfig  # noqa: E402
+from hir_pipeline.training.prefetch import prefetched  # noqa: E402
 from hir_pipeline.training.trainer import Trainer  # noqa: E402
 
 
@@ -62,8 +66,9 @@ def _inputs(args) -> tuple[dict, object, list, list, tuple]:
     return settings, graph.features, graph.broad_views, graph.narrow_views, graph.engagement
 
 
-def run_backend(backend: str, settings: dict, data, args, processes: int = 1) -> dict:
-    """Time ``args.steps`` training steps with ``backend``; the same seeded batches for every backend.
+def run_backend(backend: str, settings: dict, data, args, processes: int = 1, prefetch: int = 0) -> dict:
+    """Time ``args.steps`` training steps with ``backend``, their batches prepared ``prefetch`` steps ahead in a
+    background thread (0: inside the step); the same seeded batches for every backend.
 
     With ``processes > 1`` this is one rank of an initialised process group: it trains its shard of each global
     batch, and the timing covers the step's collectives.
@@ -84,25 +89,34 @@ def run_backend(backend: str, settings: dict, data, args, processes: int = 1) ->
     trainer = Trainer(model_cfg, train_cfg, features, broad, narrow, engagement)
     rng = np.random.default_rng(0)
     n_pairs = len(trainer.pairs[0]) if trainer.pairs is not None else 0
-    times, pack_times = [], []
-    for step in range(args.steps):
-        anchors = rng.choice(trainer.anchors, size=min(train_cfg.batch_size, len(trainer.anchors)), replace=False)
-        pair_idx = (rng.integers(0, n_pairs, size=min(train_cfg.engagement_batch_size, n_pairs))
-                    if n_pairs else None)
+    prepare_times = []
+
+    def batches():  # the same seeded batches for every backend and prefetch depth, prepared as the epoch loop does
+        for _ in range(args.steps):
+            anchors = rng.choice(trainer.anchors, size=min(train_cfg.batch_size, len(trainer.anchors)), replace=False)
+            pair_idx = (rng.integers(0, n_pairs, size=min(train_cfg.engagement_batch_size, n_pairs))
+                        if n_pairs else None)
+            t0 = time.perf_counter()
+            batch = trainer.prepare_step(anchors if trainer.ranks is None else trainer.ranks.shard(anchors), rng,
+                                         pair_idx)
+            prepare_times.append(time.perf_counter() - t0)
+            yield batch
+
+    times = []
+    with contextlib.closing(prefetched(batches(), prefetch)) as steps:
         t0 = time.perf_counter()
-        trainer.train_step(step, anchors, rng, pair_idx)
-        times.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()  # host-side packing alone (of this rank's shard), for the share of a step it takes
-        mine = anchors if trainer.ranks is None else trainer.ranks.shard(anchors)
-        pack_views([trainer.narrow[int(a)] for a in mine], pad_to=train_cfg.pad_to, max_dist=model_cfg.max_dist)
-        pack_views([trainer.broad[int(a)] for a in mine], pad_to=train_cfg.pad_to, max_dist=model_cfg.max_dist)
-        pack_times.append(time.perf_counter() - t0)
+        for step, batch in enumerate(steps):  # a step's time includes any wait for its batch
+            trainer.run_step(step, batch)
+            t1 = time.perf_counter()
+            times.append(t1 - t0)
+            t0 = t1
     timed = times[args.warmup:]
     step_s = statistics.median(timed)
     samples = train_cfg.batch_size + (min(train_cfg.engagement_batch_size, n_pairs) if n_pairs else 0)
-    return {"backend": backend, "processes": processes, "steps": len(timed), "step_ms": round(1e3 * step_s, 1),
-            "steps_per_s": round(1 / step_s, 3), "samples_per_s": round(samples / step_s, 1),
-            "anchor_pack_share": round(statistics.median(pack_times[args.warmup:]) / step_s, 3),
+    return {"backend": backend, "processes": processes, "prefetch": prefetch, "steps": len(timed),
+            "step_ms": round(1e3 * step_s, 1), "steps_per_s": round(1 / step_s, 3),
+            "samples_per_s": round(samples / step_s, 1),
+            "prepare_ms": round(1e3 * statistics.median(prepare_times[args.warmup:]), 1),
             "peak_rss_mb": round(peak_rss_mb())}
 
 
@@ -117,7 +131,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _rank_main(rank: int, world: int, port: int, backend: str, args, queue) -> None:
+def _rank_main(rank: int, world: int, port: int, backend: str, prefetch: int, args, queue) -> None:
     """One spawned rank: join the gloo group, run :func:`run_backend`, put its row on ``queue``."""
     import os
 
@@ -131,12 +145,12 @@ def _rank_main(rank: int, world: int, port: int, backend: str, args, queue) -> N
         args.prepared_inputs = pickle.loads(args.cache.read_bytes())["inputs"] if args.cache else None
         settings, *data = _inputs(args)
         settings.update({k: _value(v) for k, v in (s.split("=", 1) for s in args.set)})
-        queue.put(run_backend(backend, settings, data, args, processes=world))
+        queue.put(run_backend(backend, settings, data, args, processes=world, prefetch=prefetch))
     finally:
         dist.destroy_process_group()
 
 
-def run_parallel(backend: str, world: int, args) -> dict:
+def run_parallel(backend: str, world: int, prefetch: int, args) -> dict:
     """:func:`run_backend` on ``world`` spawned ranks; the slowest rank's step, the largest rank's memory."""
     import socket
 
@@ -148,10 +162,10 @@ def run_parallel(backend: str, world: int, args) -> dict:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     child_args = argparse.Namespace(**{**vars(args), "prepared_inputs": None})  # each rank loads its own copy
-    mp.spawn(_rank_main, args=(world, port, backend, child_args, queue), nprocs=world, join=True)
+    mp.spawn(_rank_main, args=(world, port, backend, prefetch, child_args, queue), nprocs=world, join=True)
     rows = [queue.get() for _ in range(world)]
     slowest = max(rows, key=lambda r: r["step_ms"])  # samples/s: of the global batch, at the slowest rank's pace
-    return {**slowest, "anchor_pack_share": max(r["anchor_pack_share"] for r in rows),
+    return {**slowest, "prepare_ms": max(r["prepare_ms"] for r in rows),
             "peak_rss_mb": max(r["peak_rss_mb"] for r in rows)}
 
 
@@ -170,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3, help="first steps excluded from the timing")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--processes", default="1", help="comma-separated process counts (gloo ranks on CPU)")
+    p.add_argument("--prefetch", default="0,2",
+                   help="comma-separated prefetch depths (TrainConfig.prefetch_batches; 0: prepared in the step)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="setting override (JSON value)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -181,8 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for world in (int(x) for x in args.processes.split(",")):
         for b in args.backends.split(","):
-            row = run_backend(b, settings, data, args) if world == 1 else run_parallel(b, world, args)
-            rows.append({**row, "driver_peak_rss_mb": round(peak_rss_mb())})
+            for depth in (int(x) for x in args.prefetch.split(",")):
+                row = (run_backend(b, settings, data, args, prefetch=depth) if world == 1
+                       else run_parallel(b, world, depth, args))
+                rows.append({**row, "driver_peak_rss_mb": round(peak_rss_mb())})
     cols = list(rows[0])
     print(" | ".join(f"{c:>17}" for c in cols))
     for r in rows:

@@ -21,19 +21,21 @@ def test_one_process_in_process(tmp_path):
     spec.loader.exec_module(bench)
     out = tmp_path / "throughput.json"
     assert bench.main(["--steps", "2", "--warmup", "1", "--backends", "chunked", "--json", str(out), *TINY]) == 0
-    [row] = json.loads(out.read_text())["rows"]
-    assert row["processes"] == 1 and row["steps"] == 1 and 0 <= row["anchor_pack_share"] < 1
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["processes"], r["prefetch"]) for r in rows] == [(1, 0), (1, 2)]  # batches in the step, then ahead
+    for row in rows:
+        assert row["steps"] == 1 and row["prepare_ms"] > 0 and row["step_ms"] > 0
 
 
 @pytest.mark.slow
 def test_one_and_two_processes_report_a_row_each(tmp_path):
     out = tmp_path / "throughput.json"
     proc = subprocess.run([sys.executable, str(_SCRIPT), "--processes", "1,2", "--steps", "3", "--warmup", "1",
-                           "--threads", "1", "--backends", "chunked", "--json", str(out), *TINY],
+                           "--threads", "1", "--backends", "chunked", "--prefetch", "2", "--json", str(out), *TINY],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["backend"], r["processes"]) for r in rows] == [("chunked", 1), ("chunked", 2)]
+    assert [(r["backend"], r["processes"], r["prefetch"]) for r in rows] == [("chunked", 1, 2), ("chunked", 2, 2)]
     for r in rows:
         assert r["steps"] == 2 and r["samples_per_s"] > 0 and r["peak_rss_mb"] > 0 and r["driver_peak_rss_mb"] > 0
     assert "processes" in proc.stdout.splitlines()[0]  # the table's header
