@@ -25,8 +25,8 @@ and the tables are written (unless ``keep_checkpoints``).
 
 Data parallel: with ``processes > 1`` in the training settings the ranks train through Spark's ``TorchDistributor``
 (:mod:`spark_jobs.model.distributor`; where they run: ``distributor_mode``), then the asset embeds with rank 0's
-final checkpoint as above. Their epochs reach MLflow once all ranks have finished, and ``time_budget_s`` is not
-checked (the ranks train to the end).
+final checkpoint as above. Their epochs reach MLflow once all ranks have finished; ``time_budget_s`` stops every
+rank after the same epoch (the slowest rank's time decides) and the asset fails as in one process.
 """
 
 import datetime as dt
@@ -85,7 +85,7 @@ class TrainingConfig(dg.Config):
     torch_threads: int = Field(0, description="torch intra-op threads (0: torch's default).")
     time_budget_s: float | None = Field(None, description="Stop after the epoch during which this many seconds "
                                         "of training have passed; the asset fails and the next run resumes. "
-                                        "Not checked with processes > 1.")
+                                        "With processes > 1 every rank stops after the same epoch.")
     distributor_mode: Literal["auto", "local", "cluster"] = Field(
         "auto", description="With processes > 1: where TorchDistributor runs the ranks. auto: torchrun processes on "
         "the driver machine under a local Spark master (local, local[N]), one barrier task per rank on the "
@@ -150,6 +150,7 @@ def interest_model(
     import torch
 
     from hir_pipeline.training.fit import fit_and_embed, resolve_model_config, run_fingerprint
+    from hir_pipeline.training.trainer import TrainingStopped
 
     day = run_date(context)
     graph_cfg, train_cfg = graph_settings.graph_config(), model_settings.train_config()
@@ -200,8 +201,6 @@ def interest_model(
                 CONTENT_TABLE: summary["nodes_with_content"]})
 
         trained = []  # epochs trained by this materialization (the others came from a checkpoint)
-        # ranks (processes > 1) report their epochs only once all have finished: no budget to enforce then
-        budget_s = config.time_budget_s if train_cfg.processes == 1 else None
 
         def on_epoch_end(epoch: int, metrics: dict) -> None:
             mlf.log_metrics(epoch_metrics(metrics), step=epoch)
@@ -211,17 +210,18 @@ def interest_model(
             left = planned - epoch - 1
             context.log.info(f"epoch {epoch + 1}/{planned} done: loss {metrics['loss']:.4f}"
                              + (f", ~{elapsed / len(trained) * left:.0f}s to go" if left else ""))
-            if left and budget_s is not None and elapsed >= budget_s:
-                raise dg.Failure(
-                    f"time budget of {config.time_budget_s}s spent after epoch {epoch + 1}/{train_cfg.epochs}; "
-                    f"checkpoint kept in {ckpt}: materialize {day} again to resume",
-                    metadata={"epochs_done": epoch + 1, "checkpoint_dir": str(ckpt)},
-                )
 
         with stages("train"):
-            result = fit_and_embed(inputs, model_cfg, train_cfg, ckpt, on_epoch_end=on_epoch_end,
-                                   fingerprint=fingerprint,
-                                   launch=torch_distributor_launch(session, config.distributor_mode))
+            try:
+                result = fit_and_embed(inputs, model_cfg, train_cfg, ckpt, on_epoch_end=on_epoch_end,
+                                       fingerprint=fingerprint, time_budget_s=config.time_budget_s,
+                                       launch=torch_distributor_launch(session, config.distributor_mode))
+            except TrainingStopped as stop:
+                raise dg.Failure(
+                    f"time budget of {config.time_budget_s}s spent after epoch {stop.epochs_done}/{stop.planned}; "
+                    f"checkpoint kept in {ckpt}: materialize {day} again to resume",
+                    metadata={"epochs_done": stop.epochs_done, "checkpoint_dir": str(ckpt)},
+                ) from stop
         mlf.set_tags({"hir.device": result.device, "hir.bf16": str(result.bf16)})
         if resume_id is None and result.resumed_epochs:  # checkpoints of a run this store does not know
             for metrics in result.history[:result.resumed_epochs]:

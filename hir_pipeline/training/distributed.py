@@ -29,7 +29,7 @@ from hir_pipeline.model.config import ModelConfig, TrainConfig
 from hir_pipeline.training.fit import prepare_checkpoint_dir, resolve_model_config, run_fingerprint
 from hir_pipeline.training.inputs import load_inputs
 from hir_pipeline.training.inputs import save_inputs as save_inputs  # re-exported: the hand-off file
-from hir_pipeline.training.trainer import EpochCallback, Trainer, latest_checkpoint
+from hir_pipeline.training.trainer import EpochCallback, Trainer, TrainingStopped, latest_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ def train_rank(
     train_cfg: TrainConfig,
     checkpoint_dir: str | os.PathLike,
     on_epoch_end: EpochCallback | None = None,
+    time_budget_s: float | None = None,
 ) -> dict[str, Any]:
     """Train this process's rank of a ``train_cfg.processes``-way data-parallel run; returns its summary.
 
@@ -78,10 +79,14 @@ def train_rank(
         checkpoint_dir: folder of the run's checkpoints (shared by the ranks; written by rank 0 only).
         on_epoch_end: ``callback(epoch, metrics)`` on every rank after each epoch's checkpoint; an exception raised
             there stops training (a relaunch resumes after that epoch).
+        time_budget_s: stop every rank after the epoch during which this many seconds of training have passed on
+            the slowest rank (``Trainer.fit(stop_after_s=...)``); the summary then says so (``stopped``) and a
+            relaunch resumes after that epoch. ``None``: train to the end.
 
     Returns:
         ``rank``, ``world_size``, ``fingerprint``, ``history`` (per-epoch metrics, the same on every rank),
-        ``digest`` (:func:`parameter_digest` of student and teacher) and ``checkpoint`` (the latest checkpoint).
+        ``digest`` (:func:`parameter_digest` of student and teacher), ``checkpoint`` (the latest checkpoint) and
+        ``stopped`` (``None``, or ``{"epochs_done", "planned", "elapsed_s"}`` when the time budget stopped it).
     """
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = _rank_device(train_cfg, local_rank)
@@ -102,7 +107,11 @@ def train_rank(
         trainer = Trainer(model_cfg, train_cfg, inputs.features(model_cfg), inputs.broad_views,
                           inputs.narrow_views or None, inputs.engagement, on_epoch_end=on_epoch_end,
                           seen=inputs.seen_pairs)
-        history = trainer.fit()
+        try:
+            history, stopped = trainer.fit(stop_after_s=time_budget_s), None
+        except TrainingStopped as stop:  # every rank stops after the same epoch (the slowest rank's time decides)
+            history, stopped = trainer.history, {"epochs_done": stop.epochs_done, "planned": stop.planned,
+                                                 "elapsed_s": stop.elapsed_s}
         digest = parameter_digest(trainer.student, trainer.teacher)
         digests = [None] * dist.get_world_size()
         dist.all_gather_object(digests, digest)
@@ -110,7 +119,8 @@ def train_rank(
             raise RuntimeError(f"ranks diverged: parameter digests {digests}")
         checkpoint = latest_checkpoint(checkpoint_dir)
         return {"rank": rank, "world_size": dist.get_world_size(), "fingerprint": fingerprint,
-                "history": history, "digest": digest, "checkpoint": None if checkpoint is None else str(checkpoint)}
+                "history": history, "digest": digest, "checkpoint": None if checkpoint is None else str(checkpoint),
+                "stopped": stopped}
     finally:
         if created:
             dist.destroy_process_group()
@@ -138,6 +148,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--train-config", help="JSON object of TrainConfig fields (processes: the world size)")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads per rank (0: torch's)")
     parser.add_argument("--summary", help="rank 0 writes the run's summary (JSON) here")
+    parser.add_argument("--time-budget-s", type=float, default=None,
+                        help="stop after the epoch during which this many seconds of training have passed")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s rank" + os.environ.get("RANK", "0")
                         + " %(name)s %(message)s")
@@ -145,7 +157,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     model_cfg = _config(ModelConfig, args.model_config)
     train_cfg = _config(TrainConfig, args.train_config, processes=int(os.environ.get("WORLD_SIZE", "1")))
-    result = train_rank(args.inputs, model_cfg, train_cfg, args.checkpoint_dir)
+    result = train_rank(args.inputs, model_cfg, train_cfg, args.checkpoint_dir, time_budget_s=args.time_budget_s)
     if args.summary and result["rank"] == 0:
         Path(args.summary).write_text(json.dumps(result, indent=2, default=str))
     return result

@@ -41,14 +41,14 @@ from hir_pipeline.model.hir_model import HIRModel
 from hir_pipeline.timing import Stages
 from hir_pipeline.training.inference import InferenceResult
 from hir_pipeline.training.inputs import ModelInputs, save_inputs
-from hir_pipeline.training.trainer import EpochCallback, Trainer, latest_checkpoint
+from hir_pipeline.training.trainer import EpochCallback, Trainer, TrainingStopped, latest_checkpoint
 
 log = logging.getLogger(__name__)
 
 FINGERPRINT_FILE = "fingerprint.json"
-#: ``launch(inputs_path, model_cfg, train_cfg, checkpoint_dir)`` runs ``train_rank`` on ``train_cfg.processes`` ranks
-#: and returns rank 0's summary (see :func:`hir_pipeline.training.distributed.train_rank`).
-RankLauncher = Callable[[str, ModelConfig, TrainConfig, str], dict[str, Any]]
+#: ``launch(inputs_path, model_cfg, train_cfg, checkpoint_dir, time_budget_s)`` runs ``train_rank`` on
+#: ``train_cfg.processes`` ranks and returns rank 0's summary (:func:`hir_pipeline.training.distributed.train_rank`).
+RankLauncher = Callable[[str, ModelConfig, TrainConfig, str, float | None], dict[str, Any]]
 INPUTS_FILE = "inputs.pkl"
 #: TrainConfig fields that do not change what is computed (where and how verbosely it runs).
 _OPERATIONAL_FIELDS = frozenset({"device", "checkpoint_dir", "resume", "keep_checkpoints", "log_every",
@@ -170,6 +170,7 @@ def fit_and_embed(
     on_epoch_end: EpochCallback | None = None,
     fingerprint: str | None = None,
     launch: RankLauncher | None = None,
+    time_budget_s: float | None = None,
 ) -> FitResult:
     """Train (resuming from ``checkpoint_dir`` when it holds checkpoints of this run) and embed every node.
 
@@ -185,6 +186,10 @@ def fit_and_embed(
         launch: with ``train_cfg.processes > 1`` and no ``torch.distributed`` process group in this process, trains
             the ranks (see the module notes); ``on_epoch_end`` is then called here for each epoch the ranks trained,
             in order, once they have all finished. Unused with ``processes`` 1.
+        time_budget_s: stop after the epoch during which this many seconds of training have passed, when epochs
+            are left: :class:`~hir_pipeline.training.trainer.TrainingStopped` is raised after that epoch's
+            checkpoint and ``on_epoch_end`` (data parallel: after the ranks' epochs are replayed), nothing is
+            embedded, and the next call resumes there. ``None``: train to the end.
     """
     model_cfg = resolve_model_config(model_cfg, inputs)
     train_cfg = dataclasses.replace(train_cfg, checkpoint_dir=str(checkpoint_dir), resume=True)
@@ -201,12 +206,15 @@ def fit_and_embed(
     stages = Stages()
     with stages("train"):
         if launched:
-            history = _train_launched(launch, inputs, model_cfg, train_cfg, Path(checkpoint_dir), fingerprint, trainer)
+            history, stopped = _train_launched(launch, inputs, model_cfg, train_cfg, Path(checkpoint_dir),
+                                               fingerprint, trainer, time_budget_s)
             for metrics in history[done:]:
                 if on_epoch_end is not None:
                     on_epoch_end(int(metrics["epoch"]), metrics)
+            if stopped is not None:
+                raise TrainingStopped(stopped["epochs_done"], stopped["planned"], stopped["elapsed_s"])
         else:
-            history = trainer.fit()
+            history = trainer.fit(stop_after_s=time_budget_s)
     with stages("infer"):
         inference = trainer.infer()  # the published network on the views it was trained on
     model = trainer.encoder()
@@ -231,11 +239,13 @@ def _in_process_group() -> bool:
 
 
 def _train_launched(launch: RankLauncher, inputs: ModelInputs, model_cfg: ModelConfig, train_cfg: TrainConfig,
-                    checkpoint_dir: Path, fingerprint: str, trainer: Trainer) -> list[dict[str, Any]]:
-    """Train the ranks through ``launch`` and load rank 0's final checkpoint into ``trainer``; its history."""
+                    checkpoint_dir: Path, fingerprint: str, trainer: Trainer, time_budget_s: float | None
+                    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Train the ranks through ``launch`` and load rank 0's final checkpoint into ``trainer``; its history, and the
+    ranks' ``stopped`` (not ``None`` when the time budget stopped them)."""
     inputs_path = save_inputs(inputs, checkpoint_dir / INPUTS_FILE)
     try:
-        summary = launch(str(inputs_path), model_cfg, train_cfg, str(checkpoint_dir))
+        summary = launch(str(inputs_path), model_cfg, train_cfg, str(checkpoint_dir), time_budget_s)
     finally:
         inputs_path.unlink(missing_ok=True)
     trained = None if summary is None else summary.get("fingerprint")
@@ -243,4 +253,4 @@ def _train_launched(launch: RankLauncher, inputs: ModelInputs, model_cfg: ModelC
         raise RuntimeError(f"the ranks trained another run (fingerprint {trained}, expected {fingerprint})")
     if not trainer.maybe_resume():
         raise RuntimeError(f"the ranks left no checkpoint in {checkpoint_dir}")
-    return trainer.history
+    return trainer.history, summary.get("stopped")

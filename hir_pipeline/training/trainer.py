@@ -77,6 +77,21 @@ log = logging.getLogger(__name__)
 EpochCallback = Callable[[int, dict[str, Any]], None]
 
 
+class TrainingStopped(RuntimeError):
+    """Training stopped after an epoch because its time budget was spent (``Trainer.fit(stop_after_s=...)``);
+    the epoch's checkpoint is written, so the next call on the same checkpoint folder resumes after it.
+
+    Args:
+        epochs_done: epochs trained so far (checkpointed), this call's and earlier ones.
+        planned: epochs of the full schedule.
+        elapsed_s: training seconds of the call that stopped.
+    """
+
+    def __init__(self, epochs_done: int, planned: int, elapsed_s: float):
+        super().__init__(f"time budget spent after epoch {epochs_done}/{planned} ({elapsed_s:.0f}s of training)")
+        self.epochs_done, self.planned, self.elapsed_s = epochs_done, planned, elapsed_s
+
+
 @dataclass
 class StepBatch:
     """The host-side inputs of one training step (:meth:`Trainer.prepare_step`), on the CPU.
@@ -553,9 +568,16 @@ class Trainer:
                        lr=self.lr_at((epoch + 1) * steps - 1), ema_momentum=self.momentum_at((epoch + 1) * steps - 1))
         return metrics
 
-    def fit(self) -> list[dict[str, Any]]:
+    def fit(self, stop_after_s: float | None = None) -> list[dict[str, Any]]:
         """Train to ``epochs`` (resuming first when a checkpoint exists; fewer when ``schedule_budget_s`` says so);
-        returns the per-epoch metrics."""
+        returns the per-epoch metrics.
+
+        Args:
+            stop_after_s: stop after the epoch during which this many seconds of this call's training have passed,
+                when epochs are left: :class:`TrainingStopped` is raised after that epoch's checkpoint and
+                ``on_epoch_end``, and a later call resumes there. Data parallel: the slowest rank's time decides,
+                so every rank stops after the same epoch. ``None``: no limit.
+        """
         self.maybe_resume()
         self.refined.clear()  # training moves the prototypes again
         log.info("training on %s: %d anchors, %d steps/epoch, epochs %d..%d, bf16=%s", self.device,
@@ -580,6 +602,11 @@ class Trainer:
                      [round(metrics[f"perplexity_level_{lv}"], 2) for lv in range(self.model_cfg.num_levels)])
             if self.on_epoch_end is not None:
                 self.on_epoch_end(epoch, metrics)
+            if stop_after_s is not None and self.epoch < self.epochs:
+                elapsed = time.perf_counter() - start
+                elapsed = elapsed if self.ranks is None else self.ranks.max_float(elapsed)
+                if elapsed >= stop_after_s:
+                    raise TrainingStopped(self.epoch, self.epochs, elapsed)
         return self.history
 
     def fit_schedule_to_budget(self, elapsed_s: float, trained: int) -> None:

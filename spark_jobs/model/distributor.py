@@ -67,14 +67,14 @@ def torch_distributor_launch(spark, mode: str = "auto"):
     if mode not in DISTRIBUTOR_MODES:
         raise ValueError(f"unknown distributor mode {mode!r}; one of {DISTRIBUTOR_MODES}")
 
-    def launch(inputs_path: str, model_cfg: ModelConfig, train_cfg: TrainConfig,
-               checkpoint_dir: str) -> dict[str, Any]:
+    def launch(inputs_path: str, model_cfg: ModelConfig, train_cfg: TrainConfig, checkpoint_dir: str,
+               time_budget_s: float | None = None) -> dict[str, Any]:
         from pyspark.ml.torch.distributor import TorchDistributor
 
         from hir_pipeline.training.distributed import train_rank
 
         local_mode, use_gpu = distributor_choice(spark.conf.get("spark.master", "local"), train_cfg.device, mode)
         distributor = TorchDistributor(num_processes=train_cfg.processes, local_mode=local_mode, use_gpu=use_gpu)
-        return distributor.run(train_rank, inputs_path, model_cfg, train_cfg, checkpoint_dir)
+        return distributor.run(train_rank, inputs_path, model_cfg, train_cfg, checkpoint_dir, None, time_budget_s)
 
     return launch

@@ -21,10 +21,11 @@ import torch.multiprocessing as mp
 from hir_pipeline.model import ModelConfig, TrainConfig
 from hir_pipeline.training import Trainer, latest_checkpoint
 from hir_pipeline.training.distributed import save_inputs, train_rank
-from hir_pipeline.training.fit import resolve_model_config
+from hir_pipeline.training.fit import fit_and_embed, resolve_model_config
 from hir_pipeline.training.inputs import ModelInputs
 from hir_pipeline.training.parallel import pad_cyclic, shard_rows
 from hir_pipeline.training.toy import ToyGraphSettings
+from hir_pipeline.training.trainer import TrainingStopped
 from tests.toy_inputs import toy_model_inputs
 
 MODEL = ModelConfig(hidden_dim=16, num_layers=1, num_heads=2, out_dim=8, content_dim=8, id_buckets=64,
@@ -92,23 +93,24 @@ class _CrashAfter:
 
 
 def _rank_main(rank: int, world: int, port: int, inputs_path: str, configs: tuple[ModelConfig, TrainConfig],
-               out_dir: str, crash_after: int | None = None) -> None:
+               out_dir: str, crash_after: int | None = None, time_budget_s: float | None = None) -> None:
     """One spawned rank: join the gloo group through the launcher's variables, as under torchrun."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
     stop = None if crash_after is None else _CrashAfter(crash_after)
-    result = train_rank(inputs_path, *configs, f"{out_dir}/checkpoints", on_epoch_end=stop)
+    result = train_rank(inputs_path, *configs, f"{out_dir}/checkpoints", on_epoch_end=stop,
+                        time_budget_s=time_budget_s)
     with open(f"{out_dir}/rank{rank}.json", "w") as f:
         json.dump(result, f, default=str)
 
 
 def _run_ranks(world: int, inputs_path: str, model: ModelConfig, out_dir, crash_after: int | None = None,
-               train: TrainConfig = TRAIN) -> list[dict]:
+               train: TrainConfig = TRAIN, time_budget_s: float | None = None) -> list[dict]:
     """Train ``world`` spawned ranks in ``out_dir`` (resuming its checkpoints); each rank's ``train_rank`` result."""
     out_dir.mkdir(exist_ok=True)
     configs = (model, dataclasses.replace(train, processes=world))
-    args = (world, _free_port(), inputs_path, configs, str(out_dir), crash_after)
+    args = (world, _free_port(), inputs_path, configs, str(out_dir), crash_after, time_budget_s)
     if crash_after is not None:
         with pytest.raises(mp.ProcessRaisedException, match="stopped after epoch"):
             mp.spawn(_rank_main, args=args, nprocs=world)
@@ -183,3 +185,28 @@ def test_torchrun_entry_trains_and_resumes_from_rank_0_checkpoints(tmp_path):
     assert resumed["digest"] == first["digest"] and resumed["history"] == first["history"]
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["epoch_0000.pt", "epoch_0001.pt",
                                                                        "fingerprint.json"]
+
+
+@pytest.mark.slow
+def test_a_time_budget_stops_every_rank_after_the_same_epoch_and_the_next_call_resumes(tmp_path):
+    inputs = toy_inputs()
+    run = tmp_path / "run"
+    train = dataclasses.replace(TRAIN, processes=2, epochs=3)
+
+    def launch(inputs_path, model_cfg, train_cfg, checkpoint_dir, time_budget_s):  # ranks spawned directly
+        assert Path(checkpoint_dir) == run / "checkpoints"
+        return _run_ranks(2, inputs_path, model_cfg, run, train=train_cfg, time_budget_s=time_budget_s)[0]
+
+    seen = []
+    with pytest.raises(TrainingStopped) as stopped:  # both ranks stop after epoch 1: a hang would time out instead
+        fit_and_embed(inputs, MODEL, train, run / "checkpoints", on_epoch_end=lambda e, m: seen.append(e),
+                      launch=launch, time_budget_s=0.0)
+    assert (stopped.value.epochs_done, stopped.value.planned, seen) == (1, 3, [0])
+    assert latest_checkpoint(run / "checkpoints").name == "epoch_0000.pt"
+
+    result = fit_and_embed(inputs, MODEL, train, run / "checkpoints", on_epoch_end=lambda e, m: seen.append(e),
+                           launch=launch)
+    assert result.resumed_epochs == 1 and seen == [0, 1, 2]
+    straight = _run_ranks(2, str(save_inputs(inputs, tmp_path / "inputs.pkl")), MODEL, tmp_path / "straight",
+                          train=dataclasses.replace(TRAIN, epochs=3))
+    assert [m["loss"] for m in result.history] == [m["loss"] for m in straight[0]["history"]]

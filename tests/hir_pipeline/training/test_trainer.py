@@ -68,6 +68,23 @@ def test_resume_after_crash_equals_straight_training(toy, tmp_path):
         assert torch.equal(straight.loss_fn.center(lvl), resumed.loss_fn.center(lvl))
 
 
+def test_a_time_budget_stops_after_an_epoch_with_its_checkpoint_and_a_later_fit_resumes(toy, tmp_path):
+    from hir_pipeline.training.trainer import TrainingStopped
+
+    straight = Trainer(MODEL, _train_cfg(tmp_path / "a", epochs=3), toy.features, toy.broad_views, toy.narrow_views,
+                       toy.engagement).fit(stop_after_s=1e9)  # a budget never spent changes nothing
+    seen = []
+    stopped = Trainer(MODEL, _train_cfg(tmp_path / "b", epochs=3), toy.features, toy.broad_views, toy.narrow_views,
+                      toy.engagement, on_epoch_end=lambda e, m: seen.append(e))
+    with pytest.raises(TrainingStopped, match="after epoch 1/3") as stop:
+        stopped.fit(stop_after_s=0.0)
+    assert (stop.value.epochs_done, stop.value.planned, seen) == (1, 3, [0])
+    assert latest_checkpoint(tmp_path / "b").name == "epoch_0000.pt"
+    resumed = Trainer(MODEL, _train_cfg(tmp_path / "b", epochs=3), toy.features, toy.broad_views, toy.narrow_views,
+                      toy.engagement).fit()
+    assert [h["loss"] for h in resumed] == [h["loss"] for h in straight]
+
+
 def test_batches_prepared_ahead_train_the_same_model_as_inline(toy, tmp_path):
     """Prefetching runs the same producer in a thread: same draws, same batches, the same model bit for bit."""
     trained = {}

@@ -48,7 +48,7 @@ def test_two_processes_train_through_torch_distributor_like_two_direct_ranks(spa
 
     result = fit_and_embed(inputs, MODEL, train, tmp_path / "ckpt", on_epoch_end=lambda e, m: calls.append(e),
                            launch=recorded)
-    assert len(calls[0]) == 4 and calls[1:] == list(range(TRAIN.epochs))  # one launch, then every epoch replayed
+    assert len(calls[0]) == 5 and calls[1:] == list(range(TRAIN.epochs))  # one launch, then every epoch replayed
     assert not (tmp_path / "ckpt" / "inputs.pkl").exists()
 
     direct = _run_ranks(2, str(save_inputs(inputs, tmp_path / "inputs.pkl")), MODEL, tmp_path / "ranks")
