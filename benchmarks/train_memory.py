@@ -188,16 +188,12 @@ def main(argv: list[str] | None = None) -> int:
         row = run_size(spark, args)
     finally:
         spark.stop()
-    cols = ["events", "nodes", "edges", "inputs_mb", "pickle_mb", "collect_s", "driver_rss_before_mb",
-            "driver_collect_peak_mb", "driver_held_mb", "jvm_peak_mb"]
-    print(" | ".join(f"{c:>22}" for c in cols))
-    print(" | ".join(f"{row[c]!s:>22}" for c in cols))
-    print(" | ".join(f"{c:>22}" for c in ("processes", "rank_peak_mb", "step_ms")))
-    for r in row["ranks"]:
-        print(" | ".join(f"{r[c]!s:>22}" for c in ("processes", "rank_peak_mb", "step_ms")))
-    if args.json:
-        args.json.write_text(json.dumps(row, indent=2))
-    print(json.dumps(row))
+    from train_throughput import emit_json, print_table
+
+    print_table([row], ["events", "nodes", "edges", "inputs_mb", "pickle_mb", "collect_s", "driver_rss_before_mb",
+                        "driver_collect_peak_mb", "driver_held_mb", "jvm_peak_mb"], width=22)
+    print_table(row["ranks"], ["processes", "rank_peak_mb", "step_ms"], width=22)
+    emit_json(row, args.json)
     return 0
 
 

@@ -176,6 +176,20 @@ def run_parallel(backend: str, world: int, prefetch: int, args) -> dict:
             "peak_rss_mb": max(r["peak_rss_mb"] for r in rows)}
 
 
+def print_table(rows: list[dict], cols: list[str], width: int = 17) -> None:
+    """``rows`` as a text table of ``cols``: a header line, then one line per row."""
+    print(" | ".join(f"{c:>{width}}" for c in cols))
+    for r in rows:
+        print(" | ".join(f"{r[c]!s:>{width}}" for c in cols))
+
+
+def emit_json(result: dict, path: Path | None) -> None:
+    """Print ``result`` as one JSON line, and write it (indented) to ``path`` when given."""
+    if path:
+        path.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result))
+
+
 def _value(text: str):
     try:
         return json.loads(text)
@@ -208,15 +222,10 @@ def main(argv: list[str] | None = None) -> int:
                 row = (run_backend(b, settings, data, args, prefetch=depth) if world == 1
                        else run_parallel(b, world, depth, args))
                 rows.append({**row, "driver_peak_rss_mb": round(peak_rss_mb())})
-    cols = list(rows[0])
-    print(" | ".join(f"{c:>17}" for c in cols))
-    for r in rows:
-        print(" | ".join(f"{r[c]!s:>17}" for c in cols))
+    print_table(rows, list(rows[0]))
     result = {"source": str(args.cache) if args.cache else "toy", "threads": torch.get_num_threads(),
               "settings": settings, "rows": rows}
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result))
+    emit_json(result, args.json)
     return 0
 
 
