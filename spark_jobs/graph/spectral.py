@@ -56,6 +56,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.arrow_columns import list_column
+from spark_jobs.driver_collect import to_arrow
 from spark_jobs.graph.config import GraphConfig
 from spark_jobs.graph.fastrp import STRUCTURE_COLUMN
 from spark_jobs.graph.sampling import edges_among
@@ -178,10 +179,11 @@ def spectral_embeddings(index: DataFrame, edges: DataFrame, config: GraphConfig)
     dim, width = config.structure_dim, subspace_width(config.structure_dim)
     spark = index.sparkSession
     t0 = time.perf_counter()
-    hashes = index.select("node_idx", F.xxhash64("entity_id").alias("h")).toArrow().sort_by("node_idx")
+    hashes = to_arrow(index.select("node_idx", F.xxhash64("entity_id").alias("h")), "node hashes").sort_by(
+        "node_idx")
     idx, node_hash = hashes.column("node_idx").to_numpy(), hashes.column("h").to_numpy()
     # The raw rows, not a Spark aggregation: scipy sums an ordered pair's rows faster than a shuffle would.
-    rows = edges.select("src_idx", "dst_idx", F.col("weight").cast("double")).toArrow()
+    rows = to_arrow(edges.select("src_idx", "dst_idx", F.col("weight").cast("double")), "graph_edges rows")
     src, dst = rows.column("src_idx").to_numpy(), rows.column("dst_idx").to_numpy()
     in_index = np.zeros(int(idx.max(initial=-1)) + 1, dtype=bool)
     in_index[idx] = True

@@ -70,6 +70,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs.driver_collect import to_arrow
 from spark_jobs.graph.config import GraphConfig
 from spark_jobs.graph.sampling import (
     NodeRows,
@@ -114,15 +115,16 @@ def collect_view_graph(nodes: DataFrame, edges: DataFrame, config: GraphConfig, 
     Returns:
         The :class:`~spark_jobs.graph.sampling.ViewGraph` (see the module docstring for its size).
     """
-    node_t = nodes.select(
+    node_t = to_arrow(nodes.select(
         "node_idx", F.xxhash64("entity_id").alias("nh"), F.coalesce("node_type", F.lit(0)).alias("node_type")
-    ).toArrow()
+    ), "graph_nodes rows")
     node_idx = node_t.column("node_idx").to_numpy()
     present = np.zeros(int(node_idx.max(initial=-1)) + 1, dtype=bool)
     present[node_idx] = True
     node_hash = np.zeros(len(present), dtype=np.int64)
     node_hash[node_idx] = node_t.column("nh").to_numpy()
-    edge_t = edges.select("src_idx", "dst_idx", F.col("weight").cast("double"), "edge_type_id").toArrow()
+    edge_t = to_arrow(edges.select("src_idx", "dst_idx", F.col("weight").cast("double"), "edge_type_id"),
+                      "graph_edges rows")
     src, dst = edge_t.column("src_idx").to_numpy(), edge_t.column("dst_idx").to_numpy()
     known = edges_among(src, dst, present)
     if not known.all():

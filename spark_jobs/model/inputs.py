@@ -41,6 +41,7 @@ from hir_pipeline.contracts import DEFAULT_FUNNEL, VIEW_BROAD, VIEW_NARROW
 from hir_pipeline.timing import Stages
 from hir_pipeline.training.inputs import ModelInputs, engagement_arrays, views_from_flat
 from spark_jobs.delta_io import MissingInput, latest_version, read_table
+from spark_jobs.driver_collect import to_arrow
 from spark_jobs.graph.fastrp import STRUCTURE_COLUMN
 from spark_jobs.graph.views import GraphSnapshot
 
@@ -85,10 +86,10 @@ def _binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 def collect_nodes(nodes_df: DataFrame) -> dict[str, np.ndarray]:
     """Node columns ordered by ``node_idx`` (which must be dense ``0..N-1``)."""
-    table = nodes_df.select(
+    table = to_arrow(nodes_df.select(
         F.col("node_idx").cast("long"), "entity_id", "entity_type", F.col("node_type").cast("int"),
         F.col("degree_bucket").cast("int"), F.col("has_history").cast("boolean"),
-    ).toArrow()
+    ), "graph_nodes rows")
     idx = table.column("node_idx").to_numpy()
     order = np.argsort(idx, kind="stable")
     if not np.array_equal(idx[order], np.arange(len(idx))):
@@ -114,9 +115,9 @@ def collect_structure(nodes_df: DataFrame, num_nodes: int) -> np.ndarray | None:
     """
     if STRUCTURE_COLUMN not in nodes_df.columns:
         return None
-    table = (nodes_df.where(F.col(STRUCTURE_COLUMN).isNotNull())
-             .select(F.col("node_idx").cast("long"), F.col(STRUCTURE_COLUMN).cast("array<float>").alias("_v"))
-             .toArrow())
+    table = to_arrow(nodes_df.where(F.col(STRUCTURE_COLUMN).isNotNull())
+                     .select(F.col("node_idx").cast("long"), F.col(STRUCTURE_COLUMN).cast("array<float>").alias("_v")),
+                     "graph_nodes structure embeddings")
     structure, has = _rows_by_index(table, num_nodes, "graph_nodes.structure_embedding")
     return structure if has.any() else None
 
@@ -128,9 +129,9 @@ def collect_views(views_df: DataFrame, num_nodes: int | None = None) -> dict[str
         views_df: ``graph_views`` rows.
         num_nodes: when given, every node index must be below it (views and nodes of the same run).
     """
-    table = views_df.select(
+    table = to_arrow(views_df.select(
         F.col("anchor_idx").cast("long"), "view", "nodes", "node_types", "dist", "edge_types"
-    ).toArrow()
+    ), "graph_views rows")
     out: dict[str, list[dict[str, Any]]] = {VIEW_BROAD: [], VIEW_NARROW: []}
     for batch in table.to_batches():
         if batch.num_rows == 0:
@@ -174,12 +175,12 @@ def collect_node_content(content_df: DataFrame | None, nodes_df: DataFrame, num_
     """
     if content_df is None:
         return np.zeros((num_nodes, 0), dtype=np.float32), np.zeros(num_nodes, dtype=bool)
-    table = (
+    table = to_arrow(
         content_df.where(F.col(column).isNotNull())
         .select("entity_id", F.col(column).cast("array<float>").alias("_v"))
         .join(nodes_df.select("entity_id", F.col("node_idx").cast("long")), "entity_id")
-        .select("node_idx", "_v")
-        .toArrow()
+        .select("node_idx", "_v"),
+        "content vectors",
     )
     return _rows_by_index(table, num_nodes, "content_embeddings")
 
@@ -232,10 +233,10 @@ def collect_activity(edges_df: DataFrame, funnel: Sequence[str], stage_weights: 
         raise ValueError(f"{len(stage_weights)} engagement weights for a funnel of {len(funnel)} stages")
     stage = F.array_position(F.array(*[F.lit(s) for s in funnel]), F.col("edge_type"))
     weight = F.element_at(F.array(*[F.lit(float(w)) for w in stage_weights]), stage.cast("int"))
-    table = (
+    table = to_arrow(
         edges_df.where(stage > 0)
-        .select(F.col("src_idx").cast("long"), F.col("dst_idx").cast("long"), weight.cast("float").alias("w"))
-        .toArrow()
+        .select(F.col("src_idx").cast("long"), F.col("dst_idx").cast("long"), weight.cast("float").alias("w")),
+        "engagement pairs",
     )
     src, dst, w = (table.column(c).to_numpy() for c in ("src_idx", "dst_idx", "w"))
     engaged = w > 0
