@@ -32,9 +32,11 @@ from tests.operations.services import REPO, VENV_BIN, SparkStandalone, dagster_e
 GROUPS = ("ingestion", "graph", "knowledge")
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    spark = SparkStandalone(tmp_path / "spark")
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One cluster for the module's tests (starting it is the slow part); each test finds its own application by
+    name."""
+    spark = SparkStandalone(tmp_path_factory.mktemp("cluster") / "spark")
     try:
         yield spark
     finally:
