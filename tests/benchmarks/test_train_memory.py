@@ -32,12 +32,13 @@ def test_content_file_gives_every_non_user_entity_a_unit_vector(tmp_path):
                              "entity_type": ["user", "product", "ad", "user", "campaign", "advertiser", "product"]}),
                    source / "entities" / "part-0.parquet")
     out = tmp_path / "content.parquet"
-    assert _module().write_content(source, out, dim=5, chunk=2) == 5
+    bench = _module()
+    assert bench.write_content(source, out, dim=5, chunk=2) == 5
     table = pq.read_table(out)
     assert table["entity_id"].to_pylist() == ["e1", "e2", "e4", "e5", "e6"]
     vectors = np.array(table["embedding"].to_pylist())
     assert vectors.shape == (5, 5) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-6)
-    assert _module().write_content(source, out, dim=5) == 5  # written once: a second call reads its row count
+    assert bench.write_content(source, out, dim=5) == 5  # written once: a second call reads its row count
 
 
 @pytest.mark.slow
