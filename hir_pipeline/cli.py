@@ -13,15 +13,18 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import IO, TYPE_CHECKING, NoReturn
 
 from dotenv import dotenv_values
 
 from hir_pipeline.profiles import PROFILE_CHOICES, choose_profile
 from hir_pipeline.run_console import native_stderr_to
 from hir_pipeline.settings import cache_dir, default_lake_root, project_root, state_dir
+
+if TYPE_CHECKING:
+    import dagster as dg
 
 log = logging.getLogger("hir")
 
@@ -231,18 +234,90 @@ def cmd_materialize(args: argparse.Namespace) -> int:
     The console gets one line per asset step (``-v``: everything); the full log, Spark's console included, goes to a
     file that the last line names.
     """
+    return _logged_run(args, "materialize", _materialize)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Ingest the source, embed its content and run ``evaluation_report``; print the comparison table.
+
+    The graph, training and publishing assets are not needed: the evaluation builds its own graph from
+    the training split and trains its own model with the production settings. The run is the nightly job's
+    subset of those assets, run as ``hir materialize`` runs it (same console lines, log file and run config).
+    """
+    return _logged_run(args, "evaluate", _evaluate)
+
+
+def _logged_run(args: argparse.Namespace, command: str, run: Callable[[argparse.Namespace, Path, IO[str]], bool]
+                ) -> int:
+    """Run ``run(args, log_path, err)`` with the console of :mod:`hir_pipeline.run_console`: ``err`` is where error
+    lines go; unless ``--verbose``, this process's file descriptor 2 (the JVM's console) goes to the log file."""
     dagster_home()
     read_run_config(args.config)  # a missing or broken file fails before Spark starts
-    log_path = run_log_path("materialize")
+    log_path = run_log_path(command)
     with contextlib.ExitStack() as stack:
         # Quiet: Spark's JVM, started inside, and native libraries write their console output into the log file.
         err = sys.stderr if args.verbose else stack.enter_context(native_stderr_to(log_path))
-        succeeded = _materialize(args, log_path, err)
+        succeeded = run(args, log_path, err)
     print(f"hir: full log: {log_path}", file=sys.stdout if succeeded else sys.stderr)
     return 0 if succeeded else 1
 
 
-def _materialize(args: argparse.Namespace, log_path: Path, err) -> bool:
+def _materialize(args: argparse.Namespace, log_path: Path, err: IO[str]) -> bool:
+    import dagster as dg
+
+    selection = dg.AssetSelection.from_string(args.select) if args.select else None
+    result = _execute(args, log_path, err, selection)
+    if result is None:
+        return False
+    lake = args.lake or default_lake_root()
+    print(f"\nhir: run {result.run_id} succeeded for {result.dagster_run.tags['dagster/partition']}.")
+    print(f"  Delta lake:   {lake}   (tables: node_embeddings, cluster_assignments, interest_supergraph, "
+          "cluster_profiles, ...)")
+    print(f"  MLflow:       mlflow ui --backend-store-uri {os.environ.get('MLFLOW_TRACKING_URI') or _mlflow_uri()}")
+    print(f"  Dagster UI:   {ui_command()}   (then open http://127.0.0.1:3000)")
+    return True
+
+
+def _evaluate(args: argparse.Namespace, log_path: Path, err: IO[str]) -> bool:
+    import dagster as dg
+
+    selection = evaluate_selection()
+    overrides = {"evaluation_report": {"epochs": args.epochs}} if args.epochs is not None else {}
+    result = _execute(args, log_path, err, selection, overrides)
+    if result is None:
+        return False
+    reports = [e for e in result.get_asset_materialization_events()
+               if e.asset_key == dg.AssetKey("evaluation_report")]
+    if not reports:
+        print(f"hir: run {result.run_id} wrote no evaluation report; inspect it in the UI ({ui_command()})", file=err)
+        return False
+    meta = reports[-1].materialization.metadata
+    table = meta["comparison"].value
+    print(f"\nEvaluation of {result.dagster_run.tags['dagster/partition']} (model version "
+          f"{meta['model_version'].value}):\n\n{table}")
+    print(f"\nDelta: {meta['path'].value} (version {meta['delta_version'].value}); "
+          f"MLflow run {meta['mlflow_run_id'].value}")
+    if args.report:
+        Path(args.report).write_text(table + "\n")
+    return True
+
+
+def _execute(args: argparse.Namespace, log_path: Path, err: IO[str], selection: dg.AssetSelection | None = None,
+             overrides: Mapping[str, Mapping] | None = None) -> dg.ExecuteInProcessResult | None:
+    """Run the nightly job (its assets in ``selection``, a Dagster ``AssetSelection``; ``None``: all of them) for the
+    run date of ``--partition`` or the source's latest event, in-process, with the run log of ``log_path``.
+
+    Args:
+        args: ``--source``, ``--lake``, ``--partition``, ``--profile``, ``--config``, ``--verbose``.
+        log_path: the run's log file.
+        err: where failure lines go.
+        selection: the assets to run.
+        overrides: per asset, op config set over the run-config file's (command-line options such as ``--epochs``).
+
+    Returns:
+        The successful run's result, or ``None`` when the run failed (its failed checks and how to inspect it
+        printed to ``err``).
+    """
     lake = args.lake or default_lake_root()
     partition, window, first_event = _resolve_partition(args.source, args.partition)
     profile = choose_profile(args.profile)
@@ -255,13 +330,15 @@ def _materialize(args: argparse.Namespace, log_path: Path, err) -> bool:
 
     defs = build_definitions(lake_root=lake, source=args.source, profile=profile)
     nightly = job = defs.resolve_job_def(NIGHTLY_JOB)
-    if args.select:
-        job = job.get_subset(asset_selection=set(dg.AssetSelection.from_string(args.select).resolve(
-            defs.resolve_asset_graph())))
+    if selection is not None:
+        job = job.get_subset(asset_selection=set(selection.resolve(defs.resolve_asset_graph())))
     run_config = load_run_config(args.config, job, known_ops=nightly.graph.node_dict)
     refuse_concurrent_run(dg.DagsterInstance.get(), partition)
+    ops = run_config.setdefault("ops", {})
     if _selects_ingestion(job):
-        run_config.setdefault("ops", {}).setdefault("bronze_tables", {}).setdefault("config", {})["window"] = window
+        ops.setdefault("bronze_tables", {}).setdefault("config", {})["window"] = window
+    for op, values in (overrides or {}).items():
+        ops.setdefault(op, {}).setdefault("config", {}).update(values)
     job, run_config = with_run_log(job, run_config, log_path, verbose=args.verbose)
     result = job.execute_in_process(
         partition_key=partition, instance=dg.DagsterInstance.get(), run_config=run_config, raise_on_error=False,
@@ -272,13 +349,8 @@ def _materialize(args: argparse.Namespace, log_path: Path, err) -> bool:
         print(f"hir: check failed: {check.asset_key.to_user_string()}:{check.check_name}", file=err)
     if not result.success:
         print(f"hir: run {result.run_id} failed; inspect it in the UI ({ui_command()})", file=err)
-        return False
-    print(f"\nhir: run {result.run_id} succeeded for {partition}.")
-    print(f"  Delta lake:   {lake}   (tables: node_embeddings, cluster_assignments, interest_supergraph, "
-          "cluster_profiles, ...)")
-    print(f"  MLflow:       mlflow ui --backend-store-uri {os.environ.get('MLFLOW_TRACKING_URI') or _mlflow_uri()}")
-    print(f"  Dagster UI:   {ui_command()}   (then open http://127.0.0.1:3000)")
-    return True
+        return None
+    return result
 
 
 def run_log_path(command: str) -> Path:
@@ -306,51 +378,6 @@ def with_run_log(job, run_config: dict, log_path: Path, verbose: bool):
         loggers["console"] = dg.colored_console_logger
         chosen["console"] = {"config": {"log_level": "DEBUG"}}
     return job.with_logger_defs(loggers), {**run_config, "loggers": {**run_config.get("loggers", {}), **chosen}}
-
-
-def cmd_evaluate(args: argparse.Namespace) -> int:
-    """Ingest the source, embed its content and run ``evaluation_report``; print the comparison table.
-
-    The graph, training and publishing assets are not needed: the evaluation builds its own graph from
-    the training split and trains its own model with the production settings.
-    """
-    dagster_home()
-    read_run_config(args.config)  # a missing or broken file fails before Spark starts
-    partition, window, first_event = _resolve_partition(args.source, args.partition)
-    start_partitions_at(args.lake or default_lake_root(), first_event)
-    import dagster as dg
-
-    from assets import ASSET_MODULES
-    from hir_pipeline.definitions import default_resources
-
-    resources = default_resources(args.lake, args.source, args.profile)
-    print(f"hir evaluate: source={args.source} lake={resources['lake'].root} run date={partition}", flush=True)
-    run_config = evaluation_run_config(args.config, resources)
-    run_config["ops"].setdefault("bronze_tables", {}).setdefault("config", {})["window"] = window
-    if args.epochs is not None:
-        run_config["ops"].setdefault("evaluation_report", {}).setdefault("config", {})["epochs"] = args.epochs
-    selection = dg.AssetSelection.groups("ingestion") | dg.AssetSelection.assets("content_embeddings",
-                                                                                 "evaluation_report")
-    everything = [*dg.load_assets_from_modules(ASSET_MODULES), *dg.load_asset_checks_from_modules(ASSET_MODULES)]
-    refuse_concurrent_run(dg.DagsterInstance.get(), partition)
-    result = dg.materialize(
-        everything, selection=selection, partition_key=partition, resources=resources,
-        instance=dg.DagsterInstance.get(), raise_on_error=False, run_config=run_config, tags=_process_tags(),
-    )
-    reports = [e for e in result.get_asset_materialization_events()
-               if e.asset_key == dg.AssetKey("evaluation_report")]
-    if not result.success or not reports:
-        print(f"hir: run {result.run_id} failed; inspect it in the UI "
-              f"({ui_command()})", file=sys.stderr)
-        return 1
-    meta = reports[-1].materialization.metadata
-    table = meta["comparison"].value
-    print(f"\nEvaluation of {partition} (model version {meta['model_version'].value}):\n\n{table}")
-    print(f"\nDelta: {meta['path'].value} (version {meta['delta_version'].value}); "
-          f"MLflow run {meta['mlflow_run_id'].value}")
-    if args.report:
-        Path(args.report).write_text(table + "\n")
-    return 0
 
 
 def read_run_config(path: str | None) -> dict:
@@ -400,23 +427,11 @@ def load_run_config(path: str | None, job, known_ops: Collection[str] | None = N
     return config
 
 
-#: The assets ``hir evaluate`` runs (its ops, whose config a run-config file may hold).
-EVALUATE_OPS = ("bronze_tables", "content_embeddings", "evaluation_report")
+def evaluate_selection() -> dg.AssetSelection:
+    """The assets ``hir evaluate`` runs: the ingestion group, ``content_embeddings`` and ``evaluation_report``."""
+    import dagster as dg
 
-
-def evaluation_run_config(path: str | None, resources: Collection[str]) -> dict:
-    """The part of a run-config YAML that ``hir evaluate`` uses: the config of its ops (:data:`EVALUATE_OPS`) and
-    of the ``resources`` it runs with (``model_settings``, the evaluation's fallback HIR settings, and
-    ``graph_settings`` among them).
-
-    Args:
-        path: the YAML file, or ``None``.
-        resources: keys of the resources of the run.
-    """
-    config = read_run_config(path)
-    ops = config.get("ops") or {}
-    return {"ops": {op: dict(value) for op, value in ops.items() if op in EVALUATE_OPS},
-            "resources": {key: value for key, value in (config.get("resources") or {}).items() if key in resources}}
+    return dg.AssetSelection.groups("ingestion") | dg.AssetSelection.assets("content_embeddings", "evaluation_report")
 
 
 def _mlflow_uri() -> str:
@@ -503,8 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--partition", default=None, metavar="YYYY-MM-DD",
                     help="run date (default: backfill and evaluate as of the latest event date)")
     ev.add_argument("--config", default=None, metavar="YAML",
-                    help="run config whose resources and evaluation_report (ingestion, content) config are used, "
-                         "e.g. config/cpu_sample.yaml")
+                    help="Dagster run config, as for materialize (the config of assets that evaluate does not run "
+                         "is left out), e.g. config/cpu_sample.yaml")
     ev.add_argument("--profile", choices=PROFILE_CHOICES, default=None,
                     help="model settings that fit the machine: cpu (small model, short schedule, schedule budget) "
                          "or gpu (the production schedule); default: HIR_PROFILE, else gpu when one is visible")

@@ -111,19 +111,24 @@ def test_materialize_ingestion_backfill_as_of_latest_event(spark, tmp_path):
     assert (tmp_path / "dagster" / "dagster.yaml").exists()  # the committed instance config was installed
 
 
-def test_evaluate_reads_the_evaluation_config_of_a_run_config_file(tmp_path):
-    from hir_pipeline.cli import evaluation_run_config
+def test_evaluate_reads_the_run_config_of_the_assets_it_runs(tmp_path):
+    from hir_pipeline.cli import evaluate_selection, load_run_config
+    from hir_pipeline.definitions import NIGHTLY_JOB, defs
 
-    resources = ("lake", "graph_settings", "model_settings")
-    sample = evaluation_run_config("config/cpu_sample.yaml", resources)
+    nightly = defs.resolve_job_def(NIGHTLY_JOB)
+    job = nightly.get_subset(asset_selection=set(evaluate_selection().resolve(defs.resolve_asset_graph())))
+    assert set(job.graph.node_dict) == {"bronze_tables", "content_embeddings", "evaluation_report"}
+    sample = load_run_config("config/cpu_sample.yaml", job, known_ops=nightly.graph.node_dict)
     settings = sample["resources"]["model_settings"]["config"]  # the HIR settings interest_model trains with
     assert settings["model"]["hidden_dim"] == 64 and settings["train"]["published_encoder"] == "student"
     (tmp_path / "other.yaml").write_text(
         "ops:\n  interest_model:\n    config: {torch_threads: 1}\n  evaluation_report:\n    config: {k: 10}\n"
-        "resources:\n  graph_settings:\n    config: {seed: 2}\n  unknown:\n    config: {x: 1}\n")
-    assert evaluation_run_config(str(tmp_path / "other.yaml"), resources) == {
+        "resources:\n  graph_settings:\n    config: {seed: 2}\n")
+    assert load_run_config(str(tmp_path / "other.yaml"), job, known_ops=nightly.graph.node_dict) == {
         "ops": {"evaluation_report": {"config": {"k": 10}}}, "resources": {"graph_settings": {"config": {"seed": 2}}}}
-    assert evaluation_run_config(None, resources) == {"ops": {}, "resources": {}}
+    (tmp_path / "typo.yaml").write_text("ops:\n  evaluation_reprot:\n    config: {k: 10}\n")
+    with pytest.raises(ValueError, match="evaluation_reprot"):  # a typo is named, never silently dropped
+        load_run_config(str(tmp_path / "typo.yaml"), job, known_ops=nightly.graph.node_dict)
     args = build_parser().parse_args(["evaluate", "--source", "synthetic", "--config", "x.yaml", "--epochs", "2"])
     assert (args.source, args.config, args.epochs) == ("synthetic", "x.yaml", 2)
 
@@ -152,6 +157,12 @@ def test_evaluate_standalone_prints_and_writes_the_report(spark, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = report.read_text()
     assert table.strip() and table.strip() in proc.stdout
+    # The console of `hir materialize`: one line per step, nothing on stderr, the full log named last.
+    assert "ingestion window=all" in proc.stdout and "DEBUG" not in proc.stdout and proc.stderr == ""
+    for step in ("bronze_tables", "content_embeddings", "evaluation_report"):
+        assert re.search(rf"^hir: {step} done in [\d.]+s", proc.stdout, flags=re.M), proc.stdout
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("hir: full log: ") and "STEP_START" in Path(last.removeprefix("hir: full log: ")).read_text()
     for method in ("hir", "popularity", "content"):
         assert method in table
     assert "NMI vs planted hierarchy" in proc.stdout
