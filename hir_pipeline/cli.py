@@ -533,10 +533,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def configure_root_logging(verbose: bool) -> None:
+    """Python's root logging of a ``hir`` process: WARNING and above on stderr (everything with ``verbose``).
+
+    Third-party libraries (GX, py4j) are chatty at INFO; Dagster's own run logs still print. The level is set on the
+    root *handler* too: a record of a logger with its own level (Dagster sets the run's managed loggers, ours among
+    them, to INFO) propagates to the root handler whatever the root logger's level, and stderr goes to the run log,
+    where every such line would then appear twice.
+    """
+    level = logging.DEBUG if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(levelname)s %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(level)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # Third-party libraries (GX, py4j) are chatty at INFO; Dagster's own run logs still print.
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    configure_root_logging(args.verbose)
     from hir_pipeline.data.integrity import IntegrityError
     from spark_jobs.ingestion.reader import SourceError
     from spark_jobs.session import JavaUnavailable

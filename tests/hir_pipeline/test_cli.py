@@ -108,6 +108,8 @@ def test_materialize_ingestion_backfill_as_of_latest_event(spark, tmp_path):
     assert lines[-1].startswith("hir: full log: ")
     logged = Path(lines[-1].removeprefix("hir: full log: ")).read_text()
     assert "STEP_START" in logged and "DEBUG" in logged and "WARN" in logged  # Dagster's events, Spark's console
+    # INFO of the run's loggers is in the log once, through Dagster; not a second time through the root handler
+    assert not [line for line in logged.splitlines() if line.startswith("INFO ")]
     assert (tmp_path / "dagster" / "dagster.yaml").exists()  # the committed instance config was installed
 
 
@@ -162,7 +164,9 @@ def test_evaluate_standalone_prints_and_writes_the_report(spark, tmp_path):
     for step in ("bronze_tables", "content_embeddings", "evaluation_report"):
         assert re.search(rf"^hir: {step} done in [\d.]+s", proc.stdout, flags=re.M), proc.stdout
     last = proc.stdout.strip().splitlines()[-1]
-    assert last.startswith("hir: full log: ") and "STEP_START" in Path(last.removeprefix("hir: full log: ")).read_text()
+    logged = Path(last.removeprefix("hir: full log: ")).read_text()
+    assert last.startswith("hir: full log: ") and "STEP_START" in logged and "epoch 0 done" in logged
+    assert not [line for line in logged.splitlines() if line.startswith("INFO ")]  # each line once
     for method in ("hir", "popularity", "content"):
         assert method in table
     assert "NMI vs planted hierarchy" in proc.stdout
@@ -299,3 +303,26 @@ def test_images_are_optional_one_notice_line_where_they_cannot_be_fetched(tmp_pa
     line = images_line(tmp_path / "cache")
     assert line.startswith("not fetched, optional (Fashion-MNIST needs apt-get and dpkg-deb") and "\n" not in line
     assert not (tmp_path / "cache" / "data").exists()
+
+
+def test_info_of_a_logger_with_its_own_level_is_not_printed_by_the_root_handler(capsys):
+    """Dagster sets the run's managed loggers to INFO; their records reach the run log through Dagster, and must not
+    reach stderr (the run log's second copy) through the root handler."""
+    import logging
+
+    from hir_pipeline.cli import configure_root_logging
+
+    root = logging.getLogger()
+    saved = (root.level, list(root.handlers))
+    root.handlers[:] = []
+    managed = logging.getLogger("hir_pipeline.test_managed")
+    managed.setLevel(logging.INFO)
+    try:
+        configure_root_logging(verbose=False)
+        managed.info("an INFO line of a managed logger")
+        managed.warning("a warning")
+        assert capsys.readouterr().err == "WARNING a warning\n"
+    finally:
+        managed.setLevel(logging.NOTSET)
+        root.handlers[:] = saved[1]
+        root.setLevel(saved[0])
