@@ -156,7 +156,10 @@ def main() -> None:
 
     # Same session, every title edited: all rows change, but the Python workers (imports + models) are warm,
     # as for any later embedding job of a long-lived session. Isolates the steady-state throughput.
-    edited = spark.createDataFrame([(r[0], r[1], f"{r[2]} v2", *r[3:]) for r in rows], source_ddl("entities"))
+    # Cached before the clock, as the first run's entities are: the asset reads its entities from Delta, not from
+    # Python tuples, whose conversion would otherwise be timed as the Spark path's.
+    edited = spark.createDataFrame([(r[0], r[1], f"{r[2]} v2", *r[3:]) for r in rows], source_ddl("entities")).cache()
+    edited.count()
     t0 = time.perf_counter()
     third, counts3 = embed_content(edited, second, config, dt.date(2024, 1, 3))
     _write_noop(third)
@@ -188,6 +191,7 @@ def main() -> None:
         "ratio_vs_encode": round(encode_s / first_s, 3),
         "ratio_vs_encode_warm": round(encode_s / warm_s, 3),
         "ratio_vs_encode_same_precision": round(encode_same_s / first_s, 3),
+        "ratio_vs_encode_same_precision_warm": round(encode_same_s / warm_s, 3),
         "rerun_fraction": round(second_s / first_s, 3),
         "counts_first": counts1,
         "counts_rerun": counts2,
@@ -206,7 +210,8 @@ def main() -> None:
     print(f"{'Spark workers cold start (first - warm)':<44}{first_s - warm_s:>10.2f}{'-':>14}")
     print(f"ratio_vs_encode = {result['ratio_vs_encode']:.3f} (target >= 1.0; cold workers), "
           f"ratio_vs_encode_warm = {result['ratio_vs_encode_warm']:.3f}, "
-          f"ratio_vs_encode_same_precision = {result['ratio_vs_encode_same_precision']:.3f}, "
+          f"ratio_vs_encode_same_precision = {result['ratio_vs_encode_same_precision']:.3f} (cold workers; "
+          f"{result['ratio_vs_encode_same_precision_warm']:.3f} warm), "
           f"rerun_fraction = {result['rerun_fraction']:.3f} (target <= 0.05)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
