@@ -27,6 +27,24 @@ def own_lake(spark, ingested_lake, tmp_path) -> dict:
     return make_resources(spark, tmp_path / "lake", ingested_lake["source"].location, tmp_path / "mlflow")
 
 
+@pytest.fixture(scope="module")
+def day_rerun(spark, ingested_lake, tmp_path_factory) -> dict:
+    """One re-run of the run date's day window on a private copy of ``ingested_lake``, with its own instance: the
+    resources, the result and the instance (its event log), read by the tests of the run log and the GX suites."""
+    import shutil
+
+    from tests.assets.conftest import make_resources
+
+    root = tmp_path_factory.mktemp("day-rerun")
+    shutil.copytree(ingested_lake["lake"].root, root / "lake")
+    resources = make_resources(spark, root / "lake", ingested_lake["source"].location, root / "mlflow")
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=resources,
+                            run_config=ingestion_run_config("day"), instance=instance)
+    assert result.success
+    return {"resources": resources, "result": result, "instance": instance}
+
+
 def _counts(spark, resources) -> dict[str, int]:
     lake = resources["lake"]
     return {t: read_table(spark, lake.path(t)).count() for t in ("entities", "relations", "events", "quarantine")}
@@ -166,19 +184,16 @@ def test_rerunning_an_old_date_never_replaces_a_newer_catalog_row(spark, tiny_so
 
 
 @pytest.mark.slow
-def test_run_log_names_run_date_rows_and_delta_versions_and_reports_progress(spark, own_lake):
+def test_run_log_names_run_date_rows_and_delta_versions_and_reports_progress(spark, day_rerun):
     """The run's own event log (not the metadata alone) names, per table, the run date, the rows written and the
     Delta version written, and each Spark step ends with its Spark jobs (a line that never depends on a stage being
     caught running at a poll)."""
-    instance = dg.DagsterInstance.ephemeral()
-    result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=own_lake,
-                            run_config=ingestion_run_config("day"), instance=instance)
-    assert result.success
+    result, instance, lake = day_rerun["result"], day_rerun["instance"], day_rerun["resources"]["lake"]
     messages = [e.user_message for e in instance.all_logs(result.run_id)
                 if e.step_key == "bronze_tables" and e.user_message]
     materialized = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("bronze_tables")}
     for table in ("entities", "relations", "events", "quarantine"):
-        version = latest_version(spark, own_lake["lake"].path(table))
+        version = latest_version(spark, lake.path(table))
         rows = materialized[table]["dagster/row_count"].value
         lines = [m for m in messages if m.startswith(f"{table} for run date {RUN_DATE}: ")]
         assert len(lines) == 1, (table, messages)
@@ -191,10 +206,8 @@ def test_run_log_names_run_date_rows_and_delta_versions_and_reports_progress(spa
 
 
 @pytest.mark.slow
-def test_great_expectations_suites_run_as_blocking_checks(spark, own_lake):
-    result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=own_lake,
-                            run_config=ingestion_run_config("day"))
-    evaluations = {(e.asset_key.path[-1], e.check_name): e for e in result.get_asset_check_evaluations()}
+def test_great_expectations_suites_run_as_blocking_checks(day_rerun):
+    evaluations = {(e.asset_key.path[-1], e.check_name): e for e in day_rerun["result"].get_asset_check_evaluations()}
     for table in ("entities", "relations", "events"):
         evaluation = evaluations[(table, SUITE_CHECK)]
         assert evaluation.passed, evaluation.metadata
