@@ -326,12 +326,10 @@ def _execute(args: argparse.Namespace, log_path: Path, err: IO[str], selection: 
     start_partitions_at(lake, first_event)
     import dagster as dg
 
-    from hir_pipeline.definitions import NIGHTLY_JOB, build_definitions
+    from hir_pipeline.definitions import build_definitions
 
     defs = build_definitions(lake_root=lake, source=args.source, profile=profile)
-    nightly = job = defs.resolve_job_def(NIGHTLY_JOB)
-    if selection is not None:
-        job = job.get_subset(asset_selection=set(selection.resolve(defs.resolve_asset_graph())))
+    nightly, job = nightly_subset(defs, selection)
     run_config = load_run_config(args.config, job, known_ops=nightly.graph.node_dict)
     refuse_concurrent_run(dg.DagsterInstance.get(), partition)
     ops = run_config.setdefault("ops", {})
@@ -351,6 +349,18 @@ def _execute(args: argparse.Namespace, log_path: Path, err: IO[str], selection: 
         print(f"hir: run {result.run_id} failed; inspect it in the UI ({ui_command()})", file=err)
         return None
     return result
+
+
+def nightly_subset(defs: dg.Definitions, selection: dg.AssetSelection | None) -> tuple[dg.JobDefinition,
+                                                                                        dg.JobDefinition]:
+    """``(nightly job, the job that runs)``: the nightly job of ``defs`` and its subset of ``selection``'s assets
+    (the whole job for ``None``)."""
+    from hir_pipeline.definitions import NIGHTLY_JOB
+
+    nightly = defs.resolve_job_def(NIGHTLY_JOB)
+    if selection is None:
+        return nightly, nightly
+    return nightly, nightly.get_subset(asset_selection=set(selection.resolve(defs.resolve_asset_graph())))
 
 
 def run_log_path(command: str) -> Path:

@@ -15,29 +15,29 @@ from spark_jobs.delta_io import latest_version, read_table
 from tests.assets.conftest import RUN_DATE, ingestion_run_config
 
 
-@pytest.fixture
-def own_lake(spark, ingested_lake, tmp_path) -> dict:
-    """A private copy of the session's ``ingested_lake`` for a test that writes: the shared lake is never changed,
-    so the tests reading it see the same Delta versions in any order (Delta logs hold relative paths)."""
+def _private_copy(spark, ingested_lake: dict, root) -> dict:
+    """Resources on a copy, under ``root``, of the session's ``ingested_lake`` for tests that write: the shared lake is
+    never changed, so the tests reading it see the same Delta versions in any order (Delta logs hold relative
+    paths)."""
     import shutil
 
     from tests.assets.conftest import make_resources
 
-    shutil.copytree(ingested_lake["lake"].root, tmp_path / "lake")
-    return make_resources(spark, tmp_path / "lake", ingested_lake["source"].location, tmp_path / "mlflow")
+    shutil.copytree(ingested_lake["lake"].root, root / "lake")
+    return make_resources(spark, root / "lake", ingested_lake["source"].location, root / "mlflow")
+
+
+@pytest.fixture
+def own_lake(spark, ingested_lake, tmp_path) -> dict:
+    """A private copy of ``ingested_lake`` for one test."""
+    return _private_copy(spark, ingested_lake, tmp_path)
 
 
 @pytest.fixture(scope="module")
 def day_rerun(spark, ingested_lake, tmp_path_factory) -> dict:
     """One re-run of the run date's day window on a private copy of ``ingested_lake``, with its own instance: the
     resources, the result and the instance (its event log), read by the tests of the run log and the GX suites."""
-    import shutil
-
-    from tests.assets.conftest import make_resources
-
-    root = tmp_path_factory.mktemp("day-rerun")
-    shutil.copytree(ingested_lake["lake"].root, root / "lake")
-    resources = make_resources(spark, root / "lake", ingested_lake["source"].location, root / "mlflow")
+    resources = _private_copy(spark, ingested_lake, tmp_path_factory.mktemp("day-rerun"))
     instance = dg.DagsterInstance.ephemeral()
     result = dg.materialize([bronze_tables], partition_key=RUN_DATE, resources=resources,
                             run_config=ingestion_run_config("day"), instance=instance)

@@ -114,11 +114,10 @@ def test_materialize_ingestion_backfill_as_of_latest_event(spark, tmp_path):
 
 
 def test_evaluate_reads_the_run_config_of_the_assets_it_runs(tmp_path):
-    from hir_pipeline.cli import evaluate_selection, load_run_config
-    from hir_pipeline.definitions import NIGHTLY_JOB, defs
+    from hir_pipeline.cli import evaluate_selection, load_run_config, nightly_subset
+    from hir_pipeline.definitions import defs
 
-    nightly = defs.resolve_job_def(NIGHTLY_JOB)
-    job = nightly.get_subset(asset_selection=set(evaluate_selection().resolve(defs.resolve_asset_graph())))
+    nightly, job = nightly_subset(defs, evaluate_selection())
     assert set(job.graph.node_dict) == {"bronze_tables", "content_embeddings", "evaluation_report"}
     sample = load_run_config("config/cpu_sample.yaml", job, known_ops=nightly.graph.node_dict)
     settings = sample["resources"]["model_settings"]["config"]  # the HIR settings interest_model trains with
