@@ -14,6 +14,7 @@ _EXPORTS = {
     "NodeFeatures": "features",
     "PackedBatch": "batch",
     "PrototypeHierarchy": "hierarchy",
+    "QueuedNegatives": "distillation",
     "TrainConfig": "config",
     "cluster_perplexity": "hierarchy",
     "ema_update": "distillation",
