@@ -14,7 +14,6 @@ _EXPORTS = {
     "NodeFeatures": "features",
     "PackedBatch": "batch",
     "PrototypeHierarchy": "hierarchy",
-    "QueuedNegatives": "distillation",
     "TrainConfig": "config",
     "cluster_perplexity": "hierarchy",
     "ema_update": "distillation",

@@ -86,11 +86,6 @@ class ModelConfig:
             The probability is the one of ``engagement_sampling``: a node's share of the sampling weight.
         mask_known_positives: an in-batch candidate the row's user (item) engaged with in training is not used as
             a negative of that row (it is a positive of another pair, not a disliked item).
-        engagement_queue_size: cross-batch negatives (Wang et al. 2021, "Cross-Batch Negative Sampling for Training
-            Two-Tower Recommenders"): the user and item embeddings of the last ``engagement_queue_size`` drawn pairs,
-            without gradient, join each step's in-batch candidates, with the same logQ correction and masking.
-            More negatives per step for the cost of one matrix product; older entries were embedded by an earlier
-            student, so a long queue holds stale rows. 0 = in-batch negatives only.
         hide_target_edge: during training, the user's view of an engagement pair loses the pair's item and the
             item's view loses the user (the direct edge to the target would otherwise give the answer away).
         cross_entity_weight: weight of the cross-entity distillation loss (0 = off), relative to the DINO
@@ -158,7 +153,6 @@ class ModelConfig:
     engagement_sampling: EngagementSampling = "weighted"
     engagement_logq: bool = True
     mask_known_positives: bool = True
-    engagement_queue_size: int = 0
     hide_target_edge: bool = True
     cross_entity_weight: float = 0.5
     cross_entity_impression_weight: float = 0.1
@@ -190,8 +184,6 @@ class ModelConfig:
             raise ValueError(f"unknown attention_backend {self.attention_backend!r}; one of {ATTENTION_BACKENDS}")
         if self.id_buckets < 1 or self.history_max_neighbours < 0:
             raise ValueError("id_buckets must be >= 1 and history_max_neighbours >= 0")
-        if self.engagement_queue_size < 0:
-            raise ValueError("engagement_queue_size must be >= 0")
         if self.engagement_sampling not in ENGAGEMENT_SAMPLING:
             raise ValueError(f"unknown engagement_sampling {self.engagement_sampling!r}; one of {ENGAGEMENT_SAMPLING}")
         if self.engagement_temp_mode not in TEMPERATURE_MODES:

@@ -1,7 +1,7 @@
 """Self-distillation objectives: hierarchical DINO loss (Caron et al. 2021, "Emerging Properties in
 Self-Supervised Vision Transformers"), cross-entity distillation (a node's clusters follow those of the nodes it
 interacted with), the EMA teacher update, and the engagement InfoNCE loss (van den Oord et al. 2018) with
-in-batch (and optionally cross-batch) negatives, known positives masked and a fixed or learned temperature."""
+in-batch negatives, known positives masked and a fixed or learned temperature."""
 
 from __future__ import annotations
 
@@ -213,60 +213,16 @@ class InBatchNegatives:
     positive_mask: Tensor | None = None
 
 
-@dataclass(frozen=True)
-class QueuedNegatives:
-    """Candidates of earlier steps added to a batch's in-batch ones (cross-batch negatives, Wang et al. 2021): the
-    user and item embeddings of ``Q`` earlier pairs, without gradient.
-
-    Args:
-        user_emb: ``[Q, D]`` queued user embeddings (candidates of the items' rows).
-        item_emb: ``[Q, D]`` queued item embeddings (candidates of the users' rows).
-        user_ids: ``[Q]`` node id of each queued user; never a negative of a row of the same user.
-        item_ids: ``[Q]`` node id of each queued item; never a negative of a row of the same item.
-        user_log_q: ``[Q]`` logQ of each queued user (as :class:`InBatchNegatives`), or ``None``.
-        item_log_q: ``[Q]`` logQ of each queued item, or ``None``.
-        user_engaged: bool ``[P, Q]``: ``[r, q]`` True when the batch's user ``r`` engaged queued item ``q`` in
-            training (not a negative of row ``r``), or ``None``.
-        item_engaged: bool ``[P, Q]``: ``[r, q]`` True when queued user ``q`` engaged the batch's item ``r``, or
-            ``None``.
-    """
-
-    user_emb: Tensor
-    item_emb: Tensor
-    user_ids: Tensor
-    item_ids: Tensor
-    user_log_q: Tensor | None = None
-    item_log_q: Tensor | None = None
-    user_engaged: Tensor | None = None
-    item_engaged: Tensor | None = None
-
-
-def _queued_logits(rows: Tensor, row_ids: Tensor | None, cands: Tensor, cand_ids: Tensor, log_q: Tensor | None,
-                   engaged: Tensor | None, temperature: float | Tensor) -> Tensor:
-    """``[P, Q]`` logits of a batch's rows against queued candidates, the same node and known positives masked."""
-    logits = rows @ cands.to(rows.dtype).t() / temperature
-    if log_q is not None:
-        logits = logits - log_q.to(logits.dtype)[None, :]
-    masked = torch.zeros_like(logits, dtype=torch.bool)
-    if row_ids is not None:
-        masked |= cand_ids[None, :] == row_ids[:, None]
-    if engaged is not None:
-        masked |= engaged.to(torch.bool)
-    return logits.masked_fill(masked, float("-inf"))
-
-
 def engagement_infonce(
     user_emb: Tensor,
     item_emb: Tensor,
     weight: Tensor,
     temperature: float | Tensor = 0.1,
     negatives: InBatchNegatives | None = None,
-    queued: QueuedNegatives | None = None,
 ) -> Tensor:
     """Symmetric in-batch-negatives InfoNCE over engaged (user, item) pairs, weighted by funnel depth.
 
-    Row ``i`` pairs ``user_emb[i]`` with ``item_emb[i]``; the other items (users) of the batch are negatives, and
-    the queued ones of earlier steps when ``queued`` is given.
+    Row ``i`` pairs ``user_emb[i]`` with ``item_emb[i]``; the other items (users) of the batch are negatives.
     Duplicate ids in the batch are not used as negatives of each other (they are the same node), nor are known
     positives (see :class:`InBatchNegatives`).
 
@@ -277,7 +233,6 @@ def engagement_infonce(
         temperature: softmax temperature (a float, or a scalar tensor when it is learned).
         negatives: ids, log-probabilities and known positives of the batch's candidates; ``None``: no masking and
             no correction.
-        queued: candidates of earlier steps (:class:`QueuedNegatives`), or ``None``.
     """
     neg = InBatchNegatives() if negatives is None else negatives
     user_ids, item_ids, positive_mask = neg.user_ids, neg.item_ids, neg.positive_mask
@@ -302,12 +257,6 @@ def engagement_infonce(
         known = positive_mask.to(torch.bool) & ~eye
         logits_u = logits_u.masked_fill(known, float("-inf"))
         logits_i = logits_i.masked_fill(known.t(), float("-inf"))
-    if queued is not None and len(queued.item_ids):
-        # the positive stays column ``i`` of row ``i``: queued columns go after the batch's
-        logits_u = torch.cat([logits_u, _queued_logits(user_emb, item_ids, queued.item_emb, queued.item_ids,
-                                                       queued.item_log_q, queued.user_engaged, temperature)], 1)
-        logits_i = torch.cat([logits_i, _queued_logits(item_emb, user_ids, queued.user_emb, queued.user_ids,
-                                                       queued.user_log_q, queued.item_engaged, temperature)], 1)
     target = torch.arange(p, device=logits.device)
     loss = 0.5 * (F.cross_entropy(logits_u, target, reduction="none")
                   + F.cross_entropy(logits_i, target, reduction="none"))

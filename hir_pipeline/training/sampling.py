@@ -121,19 +121,9 @@ class EngagementSampler:
         Args:
             rows: drawn rows (from :meth:`draw`).
         """
-        return self.engaged(self.users[rows][:, None], self.items[rows][None, :])
-
-    def engaged(self, users: np.ndarray, items: np.ndarray) -> np.ndarray | None:
-        """Bool, ``users`` and ``items`` broadcast together: True where the user engaged the item in training;
-        ``None`` when known positives are not masked.
-
-        Args:
-            users: int user nodes.
-            items: int item nodes (broadcastable with ``users``).
-        """
         if self.known is None:
             return None
-        keys = pair_keys(users, items, self.num_nodes)
+        keys = pair_keys(self.users[rows][:, None], self.items[rows][None, :], self.num_nodes)
         pos = np.searchsorted(self.known, keys)
         return self.known[np.minimum(pos, len(self.known) - 1)] == keys
 

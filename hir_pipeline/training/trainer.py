@@ -56,7 +56,6 @@ from hir_pipeline.model.distillation import (
     EngagementTemperature,
     HierarchicalDINOLoss,
     InBatchNegatives,
-    QueuedNegatives,
     cross_entity_targets,
     ema_update,
     engagement_infonce,
@@ -69,7 +68,6 @@ from hir_pipeline.model.history import pair_exclusions
 from hir_pipeline.model.publication import published_rows
 from hir_pipeline.model.refine import spherical_kmeans
 from hir_pipeline.training.collate import augment_view, drop_node
-from hir_pipeline.training.negative_queue import PairQueue
 from hir_pipeline.training.parallel import Ranks, pad_cyclic
 from hir_pipeline.training.prefetch import prefetched
 from hir_pipeline.training.sampling import EngagementSampler, partner_lists
@@ -180,9 +178,6 @@ class Trainer:
         self.on_epoch_end = on_epoch_end
         self.sampler = self._sampler(engagement)
         self.partners = self._partners(engagement, seen)
-        #: cross-batch negatives of the engagement loss, or ``None`` (``ModelConfig.engagement_queue_size``)
-        self.queue = (PairQueue(model_cfg.engagement_queue_size, model_cfg.out_dim, self.device)
-                      if self.sampler is not None and model_cfg.engagement_queue_size > 0 else None)
         self.use_bf16 = bool(train_cfg.bf16 and self.device.type == "cuda" and torch.cuda.is_bf16_supported())
         #: the data-parallel group, or ``None`` in one process (today's loop, unchanged)
         self.ranks = Ranks.joined(train_cfg.processes, self.device) if train_cfg.processes > 1 else None
@@ -297,7 +292,6 @@ class Trainer:
             "engagement_temp": self.engagement_temp.state_dict(),
             "bank": [b.clone() for b in self.bank],
             "bank_filled": self.bank_filled.clone(),
-            "queue": None if self.queue is None else self.queue.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             "history": self.history,
@@ -313,8 +307,6 @@ class Trainer:
         self.engagement_temp.load_state_dict(state["engagement_temp"])
         self.bank = [b.to(self.device) for b in state["bank"]]
         self.bank_filled = state["bank_filled"].to(self.device)
-        if self.queue is not None and state.get("queue") is not None:
-            self.queue.load_state_dict(state["queue"])
         torch.set_rng_state(state["torch_rng"])
         if state.get("cuda_rng") is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
@@ -449,7 +441,6 @@ class Trainer:
             eng = engagement_infonce(
                 user_emb, item_emb,
                 torch.as_tensor(sampler.loss_weight[pair_idx], device=self.device), temperature, negatives,
-                self._queued_negatives(users, items),
             )
             loss = loss + mc.engagement_weight * eng
         self.optimizer.zero_grad(set_to_none=True)
@@ -461,31 +452,9 @@ class Trainer:
         self.optimizer.step()
         ema_update(self.teacher, self.student, self.momentum_at(step))
         self._remember_targets(anchors, t_probs)
-        if self.queue is not None and pair_idx is not None:  # after backward: the loss read the queue's rows
-            self.queue.push(user_emb, item_emb, u_ids, i_ids)
         return {"loss": loss.item(), "dino": dino.item(), "cross_entity": cross.item(), "engagement": eng.item(),
                 "engagement_temp": float(temperature.detach()), "per_level": [x.item() for x in per_level],
                 "teacher_probs": t_probs}
-
-    def _queued_negatives(self, users: np.ndarray, items: np.ndarray) -> QueuedNegatives | None:
-        """The queue's entries as candidates of a batch of pairs ``(users, items)``, or ``None`` (no queue, or
-        empty)."""
-        if self.queue is None or len(self.queue) == 0:
-            return None
-        q_user_emb, q_item_emb, q_users, q_items = self.queue.entries()
-        sampler = self.sampler
-        qu, qi = q_users.cpu().numpy(), q_items.cpu().numpy()
-
-        def on_device(a: np.ndarray | None) -> torch.Tensor | None:
-            return None if a is None else torch.as_tensor(a, device=self.device)
-
-        return QueuedNegatives(
-            user_emb=q_user_emb, item_emb=q_item_emb, user_ids=q_users, item_ids=q_items,
-            user_log_q=None if sampler.user_log_q is None else on_device(sampler.user_log_q[qu]),
-            item_log_q=None if sampler.item_log_q is None else on_device(sampler.item_log_q[qi]),
-            user_engaged=on_device(sampler.engaged(users[:, None], qi[None, :])),
-            item_engaged=on_device(sampler.engaged(qu[None, :], items[:, None])),
-        )
 
     def _cross_entity_loss(self, anchors: np.ndarray, student_logits: list[torch.Tensor]) -> torch.Tensor:
         """Summed over levels: mean over the anchors with a target of the cross-entropy between their partners'

@@ -10,7 +10,6 @@ from hir_pipeline.model import (
     HierarchicalDINOLoss,
     InBatchNegatives,
     PrototypeHierarchy,
-    QueuedNegatives,
     cluster_perplexity,
     ema_update,
     engagement_infonce,
@@ -141,35 +140,6 @@ def test_known_positive_is_never_a_negative():
     known_only = InBatchNegatives(positive_mask=known)
     engagement_infonce(u2, items_moved, torch.tensor([1.0, 0, 0, 0]), 0.2, known_only).backward()
     torch.testing.assert_close(grad_dir, u2.grad[0])
-
-
-def test_queued_candidates_join_the_softmax_with_their_logq_and_masks():
-    """Row 0's loss with a queue equals the cross-entropy over the batch's and the queue's candidates, by hand: a
-    queued copy of row 0's own item and a queued item row 0's user engaged are left out, the others are corrected
-    by their logQ; the same on the item side with queued users."""
-    g = torch.Generator().manual_seed(3)
-    users = nn.functional.normalize(torch.randn(3, 5, generator=g), dim=-1)
-    items = nn.functional.normalize(torch.randn(3, 5, generator=g), dim=-1)
-    q_users = nn.functional.normalize(torch.randn(4, 5, generator=g), dim=-1)
-    q_items = nn.functional.normalize(torch.randn(4, 5, generator=g), dim=-1)
-    ids = InBatchNegatives(user_ids=torch.tensor([0, 1, 2]), item_ids=torch.tensor([10, 11, 12]))
-    user_engaged = torch.zeros(3, 4, dtype=torch.bool)
-    user_engaged[0, 2] = True  # row 0's user engaged queued item 2 in training
-    item_engaged = torch.zeros(3, 4, dtype=torch.bool)
-    item_engaged[0, 3] = True  # queued user 3 engaged row 0's item
-    q_log_q = torch.tensor([-1.0, -2.0, -3.0, -4.0])
-    queued = QueuedNegatives(q_users, q_items, user_ids=torch.tensor([0, 5, 6, 7]),
-                             item_ids=torch.tensor([10, 13, 14, 15]), user_log_q=q_log_q, item_log_q=q_log_q,
-                             user_engaged=user_engaged, item_engaged=item_engaged)
-    row0 = torch.tensor([1.0, 0, 0])
-    got = engagement_infonce(users, items, row0, 0.2, ids, queued)
-    by_user = torch.cat([users[0] @ items.t() / 0.2, (users[0] @ q_items[[1, 3]].t()) / 0.2 - q_log_q[[1, 3]]])
-    by_item = torch.cat([items[0] @ users.t() / 0.2, (items[0] @ q_users[[1, 2]].t()) / 0.2 - q_log_q[[1, 2]]])
-    expected = 0.5 * (-torch.log_softmax(by_user, 0)[0] - torch.log_softmax(by_item, 0)[0])
-    torch.testing.assert_close(got, expected)
-    # more negatives make the task harder; no gradient reaches the queue
-    assert got > engagement_infonce(users, items, row0, 0.2, ids)
-    assert not q_items.requires_grad
 
 
 def test_learned_engagement_temperature():
