@@ -10,7 +10,9 @@ How it stays cheap:
   compared with the previous snapshot; unchanged entities are copied from it and never reach a model. A model
   or setting change changes the identifier and so re-embeds everything. A snapshot written before clips were
   embedded (no ``video_embedding`` / ``video_error`` columns) is reused as it is: those columns read as null, and
-  only the entities with a clip get a new hash and are embedded again.
+  only the entities with a clip get a new hash and are embedded again. When nothing is to be embedded and every
+  row of the previous snapshot is reused as it is (an unchanged night), the previous snapshot itself is returned:
+  one status count and one row count, no join and nothing cached.
 * **Batch inference with ``mapInPandas``.** Rows to embed are spread over ``num_partitions`` partitions
   (default: the cluster's parallelism, one model replica per core) and sorted by text length inside each
   partition, so every Arrow batch and every model batch holds texts of similar length (little padding). Each
@@ -158,6 +160,16 @@ def embed_partition(batches: Iterator[pd.DataFrame], config: EmbeddingConfig) ->
         })
 
 
+def _is_previous_snapshot(counts: dict[str, int], by_status: list, previous: DataFrame) -> bool:
+    """Whether the new snapshot is exactly ``previous``: no entity to embed, none whose type moved, and as many
+    reused entities as ``previous`` has rows (entity ids are unique on both sides, so each of its rows is reused)."""
+    if counts[STATUS_NEW] or counts[STATUS_CHANGED]:
+        return False
+    if any(int(r["moved"]) for r in by_status if r["_status"] == STATUS_REUSED):
+        return False
+    return counts[STATUS_REUSED] == previous.count()
+
+
 def embed_content(
     entities: DataFrame,
     previous: DataFrame | None,
@@ -194,12 +206,14 @@ def embed_content(
     )
     if previous is not None:
         prev_keys = previous.select(
-            "entity_id", F.col("content_hash").alias("_prev_hash"), F.col("model_id").alias("_prev_model")
+            "entity_id", F.col("content_hash").alias("_prev_hash"), F.col("model_id").alias("_prev_model"),
+            F.col("entity_type").alias("_prev_type"),
         )
         content = content.join(prev_keys, "entity_id", "left")
     else:
-        content = content.withColumn("_prev_hash", F.lit(None).cast("string")).withColumn(
-            "_prev_model", F.lit(None).cast("string"))
+        content = (content.withColumn("_prev_hash", F.lit(None).cast("string"))
+                   .withColumn("_prev_model", F.lit(None).cast("string"))
+                   .withColumn("_prev_type", F.lit(None).cast("string")))
     labelled = content.withColumn(
         "_status",
         F.when(~F.col("_has_content"), F.lit(STATUS_SKIPPED))
@@ -207,13 +221,23 @@ def embed_content(
         .when((F.col("_prev_hash") == F.col("content_hash")) & (F.col("_prev_model") == F.lit(model_id)),
               F.lit(STATUS_REUSED))
         .otherwise(F.lit(STATUS_CHANGED)),
-    ).select("entity_id", "entity_type", *CONTENT_FIELDS, "content_hash", "_status").persist(
+    ).select("entity_id", "entity_type", *CONTENT_FIELDS, "content_hash", "_status",
+             F.coalesce(F.col("_prev_type") != F.col("entity_type"), F.lit(False)).alias("_type_moved")).persist(
         StorageLevel.MEMORY_AND_DISK)
     counts = {s: 0 for s in (STATUS_NEW, STATUS_CHANGED, STATUS_REUSED, STATUS_SKIPPED)}
-    counts.update({r["_status"]: int(r["count"]) for r in labelled.groupBy("_status").count().collect()})
+    by_status = labelled.groupBy("_status").agg(F.count(F.lit(1)).alias("count"),
+                                                F.count(F.when(F.col("_type_moved"), 1)).alias("moved")).collect()
+    counts.update({r["_status"]: int(r["count"]) for r in by_status})
     log.info("content entities by status: %s", counts)
+    if previous is not None and _is_previous_snapshot(counts, by_status, previous):
+        # Nothing to embed and every previous row is reused as it is: the snapshot is the previous one, read as it
+        # stands, with no join and nothing cached (issue 24: an unchanged night costs the status count only).
+        labelled.unpersist()
+        counts.update(image_errors=0, video_errors=0, failed_no_embedding=0)
+        log.info("content embeddings (model %s): unchanged, the previous snapshot is kept: %s", model_id, counts)
+        return with_added_columns(previous).select(*_OUTPUT_COLUMNS), counts
 
-    to_embed = labelled.where(F.col("_status").isin(STATUS_NEW, STATUS_CHANGED)).drop("_status")
+    to_embed = labelled.where(F.col("_status").isin(STATUS_NEW, STATUS_CHANGED)).drop("_status", "_type_moved")
     to_embed_count = counts[STATUS_NEW] + counts[STATUS_CHANGED]
     n_partitions = config.num_partitions or entities.sparkSession.sparkContext.defaultParallelism
     n_partitions = max(1, min(n_partitions, to_embed_count))

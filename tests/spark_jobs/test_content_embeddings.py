@@ -21,6 +21,7 @@ from spark_jobs.delta_io import read_table, replace_table
 from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
 D1, D2, D3 = dt.date(2024, 5, 1), dt.date(2024, 5, 2), dt.date(2024, 5, 3)
+CONTENT_EMBEDDINGS_DDL_COLUMNS = [c.strip().split(" ")[0] for c in CONTENT_EMBEDDINGS_DDL.split(",")]
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +185,33 @@ def test_clips_pass_through_and_a_snapshot_from_before_clips_is_reused(spark, mo
     written = _by_id(read_table(spark, old_path))
     assert set(written) == set(out) and written["v2"]["video_error"] == VideoError.UNREADABLE
     assert written["p1"]["embedding"] == out["p1"]["embedding"]
+
+
+@pytest.mark.slow
+def test_an_unchanged_night_keeps_the_previous_snapshot_and_a_moved_type_is_updated(spark, models, rows, tmp_path):
+    cfg, _ = models
+    clean = [r for r in rows if r[0] in {"p1", "p3", "a1", "c1"}]  # nothing that fails, so nothing is retried
+    path = str(tmp_path / "content_embeddings")
+    first, _ = embed_content(_frame(spark, clean), None, cfg, D1)
+    replace_table(first, path)
+    first.unpersist()
+    written = {k: r.asDict() for k, r in _by_id(read_table(spark, path)).items()}
+
+    previous = read_table(spark, path)
+    previous.count()  # Delta caches its table state on the first count: that is Delta's, not this call's
+    cached_before = set(spark.sparkContext._jsc.getPersistentRDDs().keys())
+    same, counts = embed_content(_frame(spark, clean), previous, cfg, D2)
+    assert (counts["new"], counts["changed"], counts["reused"]) == (0, 0, 4)
+    assert same.columns == CONTENT_EMBEDDINGS_DDL_COLUMNS
+    assert {k: r.asDict() for k, r in _by_id(same).items()} == written  # every column, embedded_at_run included
+    assert set(spark.sparkContext._jsc.getPersistentRDDs().keys()) <= cached_before  # nothing left cached
+    replace_table(same, path)  # the asset writes it over the table it was read from
+    assert {k: r.asDict() for k, r in _by_id(read_table(spark, path)).items()} == written
+
+    # Same content, another type: nothing is embedded, but the row follows the entity's new type.
+    moved = [("a1", "product", *r[2:]) if r[0] == "a1" else r for r in clean]
+    snapshot, counts = embed_content(_frame(spark, moved), read_table(spark, path), cfg, D3)
+    assert (counts["new"], counts["changed"], counts["reused"]) == (0, 0, 4)
+    out = _by_id(snapshot)
+    assert out["a1"]["entity_type"] == "product" and out["a1"]["embedding"] == written["a1"]["embedding"]
+    snapshot.unpersist()
