@@ -192,11 +192,46 @@ def make_trainer(inputs, overrides: dict):
         raise SystemExit(f"unknown setting(s): {', '.join(sorted(unknown))}")
     model_kw = {k_: (tuple(v) if k_ == "level_sizes" else v) for k_, v in overrides.items() if k_ in model_names}
     model_cfg = resolve_model_config(ModelConfig(**model_kw), inputs)
-    train_cfg = TrainConfig(**{k_: v for k_, v in overrides.items() if k_ in train_names})
+    train_cfg = TrainConfig(**{k_: (tuple(v) if k_ == "engagement_weights" else v)
+                               for k_, v in overrides.items() if k_ in train_names})
     features = inputs.features(model_cfg)
     torch.manual_seed(train_cfg.seed)
+    engagement, seen = inputs.engagement, getattr(inputs, "seen_pairs", None)
+    if train_cfg.engagement_weights is not None:
+        engagement, seen = reweighted_engagement(engagement, seen, train_cfg.engagement_weights)
     return Trainer(model_cfg, train_cfg, features, inputs.broad_views, inputs.narrow_views or None,
-                   inputs.engagement, seen=getattr(inputs, "seen_pairs", None))
+                   engagement, seen=seen)
+
+
+def reweighted_engagement(engagement, seen, weights):
+    """A prepared split's ``(engagement, seen)`` pairs under other funnel-stage weights (``engagement_weights``).
+
+    The asset applies the weights when it collects the pairs from Spark; a prepared split was collected once with
+    the default ones (:func:`spark_jobs.model.inputs.default_engagement_weights`), which differ per stage, so each
+    pair's deepest stage is read back from its weight. A stage given weight 0 makes its pairs seen, not engaged.
+
+    Args:
+        engagement: ``(user_idx, item_idx, weight)`` collected with the default weights.
+        seen: ``(user_idx, item_idx)`` of the seen-only pairs, or ``None``.
+        weights: the weight of each stage of the default funnel.
+    """
+    import numpy as np
+
+    from hir_pipeline.contracts import DEFAULT_FUNNEL
+    from spark_jobs.model.inputs import default_engagement_weights
+
+    default = np.asarray(default_engagement_weights(DEFAULT_FUNNEL), dtype=np.float32)
+    if len(weights) != len(default):
+        raise SystemExit(f"engagement_weights needs {len(default)} stage weights ({', '.join(DEFAULT_FUNNEL)})")
+    users, items, w = (np.asarray(a) for a in engagement)
+    stage = np.abs(w[:, None] - default[None, :]).argmin(axis=1)
+    if not np.allclose(default[stage], w, rtol=1e-5):
+        raise SystemExit("the prepared split's pairs were not collected with the default engagement weights")
+    new = np.asarray(weights, dtype=np.float32)[stage]
+    engaged = new > 0
+    seen_u, seen_i = (np.empty(0, dtype=users.dtype),) * 2 if seen is None else seen
+    seen = (np.concatenate([seen_u, users[~engaged]]), np.concatenate([seen_i, items[~engaged]]))
+    return (users[engaged], items[engaged], new[engaged]), seen
 
 
 def run_variant(data, inputs, overrides: dict, k: int) -> dict:

@@ -3,6 +3,7 @@ comparisons, JSON), run through its command line."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import pickle
@@ -77,3 +78,27 @@ def test_study_over_seeds_and_grid_with_cached_baselines(prepared, tmp_path, cap
     assert again["split"] == "test" and len(pickle.loads(cache.read_bytes())) == 2  # one entry per split
     bench.main([*args, "--seeds", "1"])
     assert "baselines from" in capsys.readouterr().out
+
+
+def test_engagement_weights_reweight_the_prepared_pairs_by_their_stage(prepared):
+    """A prepared split holds pairs weighted by the default stage weights (0, 1, 3.16, 10): another
+    ``engagement_weights`` reweights each pair by its stage, and a stage weighted 0 turns its pairs into seen pairs."""
+    default = [0.0, 1.0, 10 ** 0.5, 10.0]
+    engagement = (np.array([0, 0, 1]), np.array([5, 6, 7]), np.array(default[1:], dtype=np.float32))
+    seen = (np.array([2]), np.array([8]))
+    (users, items, weight), (seen_u, seen_i) = bench.reweighted_engagement(engagement, seen, [0, 1, 1, 1])
+    assert (users.tolist(), items.tolist(), weight.tolist(), seen_u.tolist()) == ([0, 0, 1], [5, 6, 7], [1, 1, 1], [2])
+    (users, items, weight), (seen_u, seen_i) = bench.reweighted_engagement(engagement, None, [0, 0, 2, 5])
+    assert (users.tolist(), items.tolist(), weight.tolist()) == ([0, 1], [6, 7], [2, 5])
+    assert (seen_u.tolist(), seen_i.tolist()) == ([0], [5])
+    with pytest.raises(SystemExit, match="4 stage weights"):
+        bench.reweighted_engagement(engagement, seen, [1, 1])
+    with pytest.raises(SystemExit, match="default engagement weights"):
+        bench.reweighted_engagement((engagement[0], engagement[1], np.array([1, 2, 5], dtype=np.float32)), seen,
+                                    [0, 1, 1, 1])
+    inputs = pickle.loads(prepared.read_bytes())["validation"]["inputs"]
+    users, items, _ = inputs.engagement  # the toy's own weights, made the default conversion weight
+    inputs = dataclasses.replace(inputs, engagement=(users, items, np.full(len(users), 10.0, dtype=np.float32)))
+    trainer = bench.make_trainer(inputs, {"engagement_weights": [0, 1, 1, 1], "hidden_dim": 16,
+                                                 "num_layers": 1, "num_heads": 2, "out_dim": 8})
+    assert set(trainer.pairs[2].tolist()) == {1.0}  # the Trainer draws the reweighted pairs
