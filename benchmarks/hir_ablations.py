@@ -190,10 +190,9 @@ def make_trainer(inputs, overrides: dict):
     unknown = set(overrides) - model_names - train_names
     if unknown:
         raise SystemExit(f"unknown setting(s): {', '.join(sorted(unknown))}")
-    model_kw = {k_: (tuple(v) if k_ == "level_sizes" else v) for k_, v in overrides.items() if k_ in model_names}
-    model_cfg = resolve_model_config(ModelConfig(**model_kw), inputs)
-    train_cfg = TrainConfig(**{k_: (tuple(v) if k_ == "engagement_weights" else v)
-                               for k_, v in overrides.items() if k_ in train_names})
+    settings = {k_: (tuple(v) if isinstance(v, list) else v) for k_, v in overrides.items()}  # JSON lists: tuples
+    model_cfg = resolve_model_config(ModelConfig(**{k_: v for k_, v in settings.items() if k_ in model_names}), inputs)
+    train_cfg = TrainConfig(**{k_: v for k_, v in settings.items() if k_ in train_names})
     features = inputs.features(model_cfg)
     torch.manual_seed(train_cfg.seed)
     engagement, seen = inputs.engagement, getattr(inputs, "seen_pairs", None)

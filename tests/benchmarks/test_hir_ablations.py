@@ -99,6 +99,6 @@ def test_engagement_weights_reweight_the_prepared_pairs_by_their_stage(prepared)
     inputs = pickle.loads(prepared.read_bytes())["validation"]["inputs"]
     users, items, _ = inputs.engagement  # the toy's own weights, made the default conversion weight
     inputs = dataclasses.replace(inputs, engagement=(users, items, np.full(len(users), 10.0, dtype=np.float32)))
-    trainer = bench.make_trainer(inputs, {"engagement_weights": [0, 1, 1, 1], "hidden_dim": 16,
-                                                 "num_layers": 1, "num_heads": 2, "out_dim": 8})
+    trainer = bench.make_trainer(inputs, {"engagement_weights": [0, 1, 1, 1], "hidden_dim": 16, "num_layers": 1,
+                                          "num_heads": 2, "out_dim": 8})
     assert set(trainer.pairs[2].tolist()) == {1.0}  # the Trainer draws the reweighted pairs
