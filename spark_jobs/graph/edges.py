@@ -97,14 +97,19 @@ def build_edges(
     vocab = edge_type_vocabulary(config.funnel, relation_types(relations))
     type_ids = F.create_map(*[x for i, name in enumerate(vocab) for x in (F.lit(name), F.lit(i + 1))])
     forward = activity_edges(events, run_date, config).unionByName(catalog_edges(relations))
-    backward = forward.select(
-        F.col("dst_id").alias("src_id"), F.col("src_id").alias("dst_id"),
-        F.concat(F.lit("rev_"), F.col("edge_type")).alias("edge_type"), "weight", "n_events",
-    )
     index = index_entities(entities).select("node_idx", "entity_id")
     src = index.select(F.col("entity_id").alias("src_id"), F.col("node_idx").alias("src_idx"))
     dst = index.select(F.col("entity_id").alias("dst_id"), F.col("node_idx").alias("dst_idx"))
-    both = forward.unionByName(backward).join(src, "src_id").join(dst, "dst_id")
+    # Index the forward edges, then emit each with its reverse from the same row: the joins with the node
+    # index probe every forward edge once instead of once per direction.
+    indexed = forward.join(src, "src_id").join(dst, "dst_id")
+    directions = F.explode(F.array(
+        F.struct("src_idx", "dst_idx", "src_id", "dst_id", "edge_type"),
+        F.struct(F.col("dst_idx").alias("src_idx"), F.col("src_idx").alias("dst_idx"),
+                 F.col("dst_id").alias("src_id"), F.col("src_id").alias("dst_id"),
+                 F.concat(F.lit("rev_"), F.col("edge_type")).alias("edge_type")),
+    )).alias("_e")
+    both = indexed.select(directions, "weight", "n_events").select("_e.*", "weight", "n_events")
     return both.select(
         "src_idx", "dst_idx", "src_id", "dst_id", "edge_type",
         type_ids[F.col("edge_type")].cast("int").alias("edge_type_id"),
