@@ -72,16 +72,22 @@ def _distances(adj: np.ndarray, max_dist: int) -> np.ndarray:
     """``[B, n, n]`` BFS distances over boolean adjacencies, truncated at ``max_dist`` (``max_dist + 1`` beyond)."""
     b, n, _ = adj.shape
     dist = np.full((b, n, n), max_dist + 1, dtype=np.int8)
-    reached = np.broadcast_to(np.eye(n, dtype=bool), (b, n, n)).copy()
-    dist[reached] = 0
-    frontier, adj = reached.astype(np.float32), adj.astype(np.float32)
-    for d in range(1, max_dist + 1):
-        new = (np.matmul(frontier, adj) > 0) & ~reached
+    diag = np.arange(n)
+    # Level 1 is the adjacency itself: only the later levels need a product.
+    frontier = adj.copy()
+    frontier[:, diag, diag] = False
+    dist[frontier] = 1
+    dist[:, diag, diag] = 0
+    reached = frontier.copy()
+    reached[:, diag, diag] = True
+    adj = adj.astype(np.float32)
+    for d in range(2, max_dist + 1):
+        new = (np.matmul(frontier.astype(np.float32), adj) > 0) & ~reached
         if not new.any():
             break
         dist[new] = d
         reached |= new
-        frontier = new.astype(np.float32)
+        frontier = new
     return dist
 
 
