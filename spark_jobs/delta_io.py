@@ -42,6 +42,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.session import temporary_conf
+
 #: Partition column of every table that keeps one snapshot per run date.
 RUN_DATE = "run_date"
 
@@ -249,15 +251,8 @@ _COMMIT_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
 def _labelled(spark: SparkSession, meta: Mapping[str, Any], action: Callable[[], T]) -> T:
     """Run ``action`` (one Delta command) with ``meta`` recorded as its commit's ``userMetadata``."""
-    previous = spark.conf.get(_COMMIT_METADATA_CONF, None)
-    spark.conf.set(_COMMIT_METADATA_CONF, json.dumps(dict(meta), sort_keys=True))
-    try:
+    with temporary_conf(spark, _COMMIT_METADATA_CONF, json.dumps(dict(meta), sort_keys=True)):
         return action()
-    finally:
-        if previous is None:
-            spark.conf.unset(_COMMIT_METADATA_CONF)
-        else:
-            spark.conf.set(_COMMIT_METADATA_CONF, previous)
 
 
 def delete_run_dates(spark: SparkSession, path: str, days: Sequence[dt.date], *,

@@ -13,7 +13,8 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -168,3 +169,23 @@ def build_spark_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+@contextmanager
+def temporary_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """Set one runtime conf of ``spark`` for the ``with`` block, then restore its previous value (or unset it).
+
+    Args:
+        spark: the session.
+        key: a runtime (SQL) conf, read when a job is planned, e.g. ``spark.sql.execution.arrow.maxRecordsPerBatch``.
+        value: its value inside the block.
+    """
+    previous = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)

@@ -69,3 +69,18 @@ def test_missing_or_old_java_is_one_line_saying_what_to_do(tmp_path, monkeypatch
     assert main(["setup", "--skip-images"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hir: error: no Java found"), err
+
+
+def test_temporary_conf_sets_for_the_block_then_restores_or_unsets(spark):
+    from spark_jobs.session import temporary_conf
+
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(key)
+    with temporary_conf(spark, key, "7"):
+        assert spark.conf.get(key) == "7"
+    assert spark.conf.get(key) == before
+    absent = "spark.hir.test.absent"
+    with pytest.raises(RuntimeError), temporary_conf(spark, absent, "x"):
+        assert spark.conf.get(absent) == "x"
+        raise RuntimeError("the block failed")
+    assert spark.conf.get(absent, None) is None  # unset again, also when the block raised
