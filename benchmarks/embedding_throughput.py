@@ -75,8 +75,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=20000, help="number of product entities")
     parser.add_argument("--batch-size", type=int, default=64, help="texts per forward pass (both sides)")
     parser.add_argument("--partitions", type=int, default=None, help="Spark partitions (default: cores)")
-    parser.add_argument("--arrow-batch", type=int, default=10000,
-                        help="spark.sql.execution.arrow.maxRecordsPerBatch")
+    parser.add_argument("--arrow-batch", type=int, default=None,
+                        help="the asset's EmbeddingConfig.arrow_batch_rows (rows per Arrow batch of the embedding "
+                             "job; default: the config's)")
     parser.add_argument("--master", default=None, help="Spark master (default: local[<cores>])")
     parser.add_argument("--precision", default="auto", choices=["auto", "float32", "bfloat16"],
                         help="the asset's EmbeddingConfig.precision")
@@ -102,7 +103,8 @@ def main() -> None:
     warehouse = tempfile.mkdtemp(prefix="hir-bench-")
     config = EmbeddingConfig(batch_size=args.batch_size, num_partitions=args.partitions or cores,
                              precision=args.precision,
-                             precision_cache=str(args.precision_cache or Path(warehouse) / "precision.json"))
+                             precision_cache=str(args.precision_cache or Path(warehouse) / "precision.json"),
+                             **({} if args.arrow_batch is None else {"arrow_batch_rows": args.arrow_batch}))
     # Cold start of the precision: model loading + calibration (auto), on the driver as the asset does it.
     t0 = time.perf_counter()
     calibration = calibrate(config) if args.precision == "auto" else Calibration(args.precision)
@@ -134,7 +136,6 @@ def main() -> None:
             "spark.sql.warehouse.dir": warehouse,
             # Keep Python workers (and their loaded models) alive across tasks and jobs.
             "spark.python.worker.reuse": "true",
-            "spark.sql.execution.arrow.maxRecordsPerBatch": str(args.arrow_batch),
         },
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -174,6 +175,7 @@ def main() -> None:
         "cores": cores,
         "torch_threads_baseline": torch.get_num_threads(),
         "batch_size": args.batch_size,
+        "arrow_batch_rows": config.arrow_batch_rows,
         "partitions": config.num_partitions,
         "encode_s": round(encode_s, 3),
         "encode_entities_per_s": round(args.n / encode_s, 1),

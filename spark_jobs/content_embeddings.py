@@ -17,7 +17,9 @@ How it stays cheap:
   (default: the cluster's parallelism, one model replica per core) and sorted by text length inside each
   partition, so every Arrow batch and every model batch holds texts of similar length (little padding). Each
   Python worker loads the models once (process-wide cache keyed by the config; Spark reuses Python workers) and
-  reads the model files on the worker itself - only the config travels in the closure.
+  reads the model files on the worker itself - only the config travels in the closure. The job's Arrow batches
+  hold ``arrow_batch_rows`` rows (a few model batches), so sending rows, embedding and sending vectors back
+  overlap instead of each waiting for a whole partition.
 
 The embedding result is persisted (memory and disk) while the counts are taken, so the models run exactly once
 per call; the caller writes the returned frame and may then ``unpersist()`` it.
@@ -44,6 +46,7 @@ from hir_pipeline.content_embeddings.config import EmbeddingConfig
 from hir_pipeline.content_embeddings.content_hash import CONTENT_FIELDS, model_identifier, video_settings
 from hir_pipeline.content_embeddings.precision import resolved_precision
 from hir_pipeline.contracts import CONTENT_ENTITY_TYPES
+from spark_jobs.session import temporary_conf
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,8 @@ CONTENT_EMBEDDINGS_DDL = (
     "attributes_embedding array<float>, embedding array<float>, image_error string, video_error string, "
     "embedded_at_run date"
 )
+#: Spark's rows per Arrow batch; the embedding job sets it to ``EmbeddingConfig.arrow_batch_rows``.
+ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
 #: Columns added after the first snapshots were written (null in the rows of an older snapshot).
 _ADDED_COLUMNS = {"video_embedding": "array<float>", "video_error": "string"}
 #: What the Python workers return (model_id and embedded_at_run are added as literals on the driver side).
@@ -258,11 +263,13 @@ def embed_content(
     )
     counts.update(image_errors=0, video_errors=0, failed_no_embedding=0)
     if to_embed_count:  # an unchanged night runs no job here (issue 24: its re-run is a few Spark jobs in all)
-        stats = embedded.agg(
-            F.count(F.col("image_error")).alias("image_errors"),
-            F.count(F.col("video_error")).alias("video_errors"),
-            F.count(F.when(F.col("embedding").isNull(), 1)).alias("failed"),
-        ).first()
+        # The models run in this job (its result is persisted): its Arrow batches are sized for them.
+        with temporary_conf(entities.sparkSession, ARROW_BATCH_CONF, str(config.arrow_batch_rows)):
+            stats = embedded.agg(
+                F.count(F.col("image_error")).alias("image_errors"),
+                F.count(F.col("video_error")).alias("video_errors"),
+                F.count(F.when(F.col("embedding").isNull(), 1)).alias("failed"),
+            ).first()
         counts["image_errors"] = int(stats["image_errors"])
         counts["video_errors"] = int(stats["video_errors"])
         counts["failed_no_embedding"] = int(stats["failed"])

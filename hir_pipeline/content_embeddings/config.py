@@ -156,6 +156,10 @@ class EmbeddingConfig:
             ``OMP_NUM_THREADS = spark.task.cpus`` in its Python workers, so one thread per task core).
         num_partitions: Spark partitions of the rows to embed (~ number of concurrent model replicas);
             ``None`` keeps Spark's partitioning.
+        arrow_batch_rows: rows per Arrow batch between the JVM and a Python worker in the embedding job (Spark's
+            ``spark.sql.execution.arrow.maxRecordsPerBatch``, set for that job only). A few forward passes' worth,
+            so a worker starts on its partition's first rows while the rest are still being sent, and its vectors
+            flow back while it embeds the next batch; Spark's default (10,000) makes each wait for the other.
         fusion: how the modalities are fused.
     """
 
@@ -178,10 +182,11 @@ class EmbeddingConfig:
     precision_cache: str | None = None
     torch_threads: int | None = None
     num_partitions: int | None = None
+    arrow_batch_rows: int = 1024
     fusion: FusionConfig = field(default_factory=FusionConfig)
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1 or self.image_batch_size < 1:
+        if self.batch_size < 1 or self.image_batch_size < 1 or self.arrow_batch_rows < 1:
             raise ValueError("batch sizes must be >= 1")
         if self.video_frames < 1:
             raise ValueError("video_frames must be >= 1")

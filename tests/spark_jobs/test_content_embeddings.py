@@ -5,6 +5,7 @@ The embedding runs (Python workers loading the models) are slow; the content has
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import numpy as np
@@ -16,7 +17,7 @@ from hir_pipeline.content_embeddings.content_hash import content_hash, model_ide
 from hir_pipeline.content_embeddings.embedder import ContentEmbedder
 from hir_pipeline.content_embeddings.video import VideoError, write_clip
 from hir_pipeline.contracts import source_ddl
-from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL, content_hash_column, embed_content
+from spark_jobs.content_embeddings import ARROW_BATCH_CONF, CONTENT_EMBEDDINGS_DDL, content_hash_column, embed_content
 from spark_jobs.delta_io import read_table, replace_table
 from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
@@ -138,6 +139,33 @@ def test_incremental_runs_and_model_change(spark, models, rows):
         df.unpersist()
     # Unpersisting the returned frames frees everything the calls cached (no leaked intermediate).
     assert set(spark.sparkContext._jsc.getPersistentRDDs().keys()) <= cached_before
+
+
+@pytest.mark.slow
+def test_arrow_batches_of_a_few_rows_give_the_same_vectors_and_leave_the_session_conf(spark, models, rows):
+    """The embedding job's Arrow batches are sized by ``arrow_batch_rows``, for that job only."""
+    cfg, _ = models
+    spark.conf.set(ARROW_BATCH_CONF, "5000")
+    try:
+        whole, _ = embed_content(_frame(spark, rows), None, dataclasses.replace(cfg, arrow_batch_rows=10_000), D1)
+        assert spark.conf.get(ARROW_BATCH_CONF) == "5000"
+        small, counts = embed_content(_frame(spark, rows), None, dataclasses.replace(cfg, arrow_batch_rows=1), D1)
+        assert spark.conf.get(ARROW_BATCH_CONF) == "5000"
+    finally:
+        spark.conf.unset(ARROW_BATCH_CONF)
+    assert counts["new"] == 6 and counts["failed_no_embedding"] == 1
+    a, b = _by_id(whole), _by_id(small)
+    assert set(a) == set(b) == {"p1", "p2", "p3", "a1", "c1"}
+    for k in a:
+        for col in ("text_embedding", "image_embedding", "attributes_embedding", "embedding"):
+            if a[k][col] is None:
+                assert b[k][col] is None, (k, col)
+            else:
+                np.testing.assert_allclose(b[k][col], a[k][col], atol=1e-5, err_msg=f"{k} {col}")
+    whole.unpersist()
+    small.unpersist()
+    with pytest.raises(ValueError, match="batch sizes"):
+        dataclasses.replace(cfg, arrow_batch_rows=0)
 
 
 @pytest.mark.slow
