@@ -19,6 +19,7 @@ from hir_pipeline.content_embeddings.video import VideoError, write_clip
 from hir_pipeline.contracts import source_ddl
 from spark_jobs.content_embeddings import ARROW_BATCH_CONF, CONTENT_EMBEDDINGS_DDL, content_hash_column, embed_content
 from spark_jobs.delta_io import read_table, replace_table
+from spark_jobs.session import temporary_conf
 from tests.tiny_models import build_tiny_image_model, build_tiny_text_model
 
 D1, D2, D3 = dt.date(2024, 5, 1), dt.date(2024, 5, 2), dt.date(2024, 5, 3)
@@ -145,14 +146,11 @@ def test_incremental_runs_and_model_change(spark, models, rows):
 def test_arrow_batches_of_a_few_rows_give_the_same_vectors_and_leave_the_session_conf(spark, models, rows):
     """The embedding job's Arrow batches are sized by ``arrow_batch_rows``, for that job only."""
     cfg, _ = models
-    spark.conf.set(ARROW_BATCH_CONF, "5000")
-    try:
+    with temporary_conf(spark, ARROW_BATCH_CONF, "5000"):  # the session's own value, which the job must keep
         whole, _ = embed_content(_frame(spark, rows), None, dataclasses.replace(cfg, arrow_batch_rows=10_000), D1)
         assert spark.conf.get(ARROW_BATCH_CONF) == "5000"
         small, counts = embed_content(_frame(spark, rows), None, dataclasses.replace(cfg, arrow_batch_rows=1), D1)
         assert spark.conf.get(ARROW_BATCH_CONF) == "5000"
-    finally:
-        spark.conf.unset(ARROW_BATCH_CONF)
     assert counts["new"] == 6 and counts["failed_no_embedding"] == 1
     a, b = _by_id(whole), _by_id(small)
     assert set(a) == set(b) == {"p1", "p2", "p3", "a1", "c1"}
