@@ -120,7 +120,8 @@ def graph_edges(
     bronze = {t: read_table(session, lake.path(t)) for t in ("entities", "relations", "events")}
     audit = WriteAudit.begin(session, lake, ["graph_edges"])
     stages.run("build_and_write", lambda: replace_run_date(
-        build_edges(bronze["entities"], bronze["relations"], bronze["events"], day, cfg), path, day))
+        build_edges(bronze["entities"], bronze["relations"], bronze["events"], day, cfg), path, day,
+        add_columns=True))  # a lake written before graph_edges had last_event_ts gains the column
     audit.wrote("graph_edges")
     written = read_run_date(session, path, day)
     by_type = {r["edge_type"]: int(r["count"]) for r in written.groupBy("edge_type").count().collect()}

@@ -134,7 +134,8 @@ def source_ddl(table: str) -> str:
 #   spectral or FastRP embedding, see GraphConfig.structure_method; null for nodes without edges or when turned
 #   off), run_date date.
 # graph_edges: src_idx long, dst_idx long, src_id string, dst_id string, edge_type string,
-#   edge_type_id int (1-based, see EDGE_TYPES), weight double (> 0, finite), n_events long, run_date date.
+#   edge_type_id int (1-based, see EDGE_TYPES), weight double (> 0, finite), n_events long,
+#   last_event_ts timestamp (latest event of an activity edge; null for catalog edges), run_date date.
 #   Edges are directed; every edge type has its reverse type, so the graph is stored symmetrically.
 # graph_views: anchor_idx long, anchor_id string, view string ("broad" | "narrow"),
 #   nodes array<long> (node_idx, nodes[0] == anchor_idx), node_types array<tinyint>,

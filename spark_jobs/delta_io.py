@@ -154,6 +154,7 @@ def replace_where(
     user_metadata: Mapping[str, Any] | None = None,
     *,
     retry: WriteRetry | None = None,
+    add_columns: bool = False,
 ) -> None:
     """Atomically replace the rows matching ``predicate`` with ``df`` (whose rows must match it).
 
@@ -164,8 +165,12 @@ def replace_where(
         partition_by: partition columns of the table.
         user_metadata: JSON-able facts recorded as the commit's ``userMetadata`` (``DESCRIBE HISTORY``).
         retry: how commit conflicts are retried; default :meth:`WriteRetry.from_conf` of ``df``'s session.
+        add_columns: columns of ``df`` that the table lacks are added to it (Delta ``mergeSchema``) instead of
+            failing the write.
     """
     writer = df.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
+    if add_columns:  # a table written by an older release gains the new columns; its older rows read null there
+        writer = writer.option("mergeSchema", "true")
     if user_metadata is not None:
         writer = writer.option("userMetadata", json.dumps(dict(user_metadata), sort_keys=True))
     if partition_by:
@@ -193,6 +198,7 @@ def replace_run_date(
     user_metadata: Mapping[str, Any] | None = None,
     *,
     retry: WriteRetry | None = None,
+    add_columns: bool = False,
 ) -> None:
     """Replace the ``run_date = day`` partition of a run-date-partitioned table with ``df``, in one Delta commit.
 
@@ -204,10 +210,10 @@ def replace_run_date(
         path: the table's path (created, partitioned by ``run_date``, when missing).
         day: the run date replaced.
         user_metadata: more JSON-able facts about the snapshot (e.g. the settings it was built with).
-        retry: as in :func:`replace_where`.
+        retry, add_columns: as in :func:`replace_where`.
     """
     replace_where(df, path, f"{RUN_DATE} = '{day}'", [RUN_DATE], {**(user_metadata or {}), RUN_DATE: str(day)},
-                  retry=retry)
+                  retry=retry, add_columns=add_columns)
 
 
 def read_run_date(spark: SparkSession, path: str, day: dt.date, version: int | None = None) -> DataFrame:

@@ -35,11 +35,11 @@ def activity_edges(events: DataFrame, run_date: dt.date, config: GraphConfig) ->
         config: funnel, stage weights, half life and optional lookback.
 
     Returns:
-        ``src_id, dst_id, edge_type, weight, n_events``.
+        ``src_id, dst_id, edge_type, weight, n_events, last_event_ts``.
     """
     funnel = config.funnel
     day = F.col(EVENT_DATE_COLUMN) if EVENT_DATE_COLUMN in events.columns else F.to_date("event_ts")
-    ev = events.select("user_id", "entity_id", "event_type", day.alias("_day"))
+    ev = events.select("user_id", "entity_id", "event_type", "event_ts", day.alias("_day"))
     keep = F.col("_day") <= F.lit(run_date)
     if config.lookback_days is not None:
         keep &= F.col("_day") > F.lit(run_date - dt.timedelta(days=config.lookback_days))
@@ -53,9 +53,10 @@ def activity_edges(events: DataFrame, run_date: dt.date, config: GraphConfig) ->
         F.sum(stage_weight * decay).alias("weight"),
         F.count(F.lit(1)).alias("n_events"),
         F.max("_stage").alias("_deepest"),
+        F.max("event_ts").alias("last_event_ts"),
     )
     edge_type = F.element_at(F.array(*[F.lit(s) for s in funnel]), F.col("_deepest"))
-    return agg.select("src_id", "dst_id", edge_type.alias("edge_type"), "weight", "n_events")
+    return agg.select("src_id", "dst_id", edge_type.alias("edge_type"), "weight", "n_events", "last_event_ts")
 
 
 def catalog_edges(relations: DataFrame) -> DataFrame:
@@ -70,7 +71,8 @@ def catalog_edges(relations: DataFrame) -> DataFrame:
     ).agg(F.sum("w").alias("weight"))
     ok = F.col("weight") > 0
     ok &= ~F.isnan("weight") & (F.col("weight") < float("inf"))
-    return agg.where(ok).select("src_id", "dst_id", "edge_type", "weight", F.lit(0).cast("long").alias("n_events"))
+    return agg.where(ok).select("src_id", "dst_id", "edge_type", "weight", F.lit(0).cast("long").alias("n_events"),
+                                F.lit(None).cast("timestamp").alias("last_event_ts"))
 
 
 def build_edges(
@@ -109,11 +111,13 @@ def build_edges(
                  F.col("dst_id").alias("src_id"), F.col("src_id").alias("dst_id"),
                  F.concat(F.lit("rev_"), F.col("edge_type")).alias("edge_type")),
     )).alias("_e")
-    both = indexed.select(directions, "weight", "n_events").select("_e.*", "weight", "n_events")
+    both = indexed.select(directions, "weight", "n_events", "last_event_ts").select(
+        "_e.*", "weight", "n_events", "last_event_ts")
     return both.select(
         "src_idx", "dst_idx", "src_id", "dst_id", "edge_type",
         type_ids[F.col("edge_type")].cast("int").alias("edge_type_id"),
         F.col("weight").cast("double").alias("weight"),
         F.col("n_events").cast("long").alias("n_events"),
+        F.col("last_event_ts").cast("timestamp").alias("last_event_ts"),
         F.lit(run_date).alias("run_date"),
     )

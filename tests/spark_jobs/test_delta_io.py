@@ -81,6 +81,22 @@ def test_replace_run_date_replaces_one_date_and_records_it(spark, tmp_path):
 
 
 @pytest.mark.slow
+def test_replace_run_date_adds_new_columns_only_when_asked(spark, tmp_path):
+    """A table written by an older release (fewer columns) takes a newer run's rows with ``add_columns``; the other
+    dates keep their rows and read null in the new column."""
+    path = str(tmp_path / "snapshots")
+    replace_run_date(spark.createDataFrame([(1, DAY1), (2, DAY2)], "id int, run_date date").where("id = 1"), path,
+                     DAY1)
+    replace_run_date(spark.createDataFrame([(2, DAY2)], "id int, run_date date"), path, DAY2)
+    wider = spark.createDataFrame([(3, "x", DAY2)], "id int, extra string, run_date date")
+    with pytest.raises(Exception, match="(?i)schema"):
+        replace_run_date(wider, path, DAY2, retry=NO_RETRY)
+    assert sorted(r.id for r in read_table(spark, path).collect()) == [1, 2]  # the refused write left no trace
+    replace_run_date(wider, path, DAY2, add_columns=True)
+    assert sorted((r.id, r.extra) for r in read_table(spark, path).collect()) == [(1, None), (3, "x")]
+
+
+@pytest.mark.slow
 def test_replace_table_from_itself_keeps_the_old_version(spark, tmp_path):
     path = str(tmp_path / "current")
     replace_table(spark.createDataFrame([(1, "a"), (2, "b")], "id int, v string"), path)

@@ -83,6 +83,9 @@ def test_edges_typed_by_deepest_stage_decayed_to_run_date(graph):
     assert _edge(edges, "u1", "a001")["add_to_cart"].weight == pytest.approx(3.0 + 0.1)
     assert _edge(edges, "u1", "a002")["conversion"].weight == pytest.approx(10.0 * 0.25)
     assert e.run_date == RUN
+    # the latest event up to the run date (not the one after it), whatever its stage
+    assert e.last_event_ts == _ts(RUN)
+    assert _edge(edges, "u1", "a002")["conversion"].last_event_ts == _ts(RUN - dt.timedelta(days=60))
 
 
 @pytest.mark.slow
@@ -91,10 +94,12 @@ def test_reverse_edges_and_type_ids(graph):
     fwd = _edge(edges, "u0", "a000")["click"]
     rev = _edge(edges, "a000", "u0")["rev_click"]
     assert rev.weight == fwd.weight and rev.edge_type_id == fwd.edge_type_id + 1
+    assert rev.last_event_ts == fwd.last_event_ts is not None
     assert (rev.src_idx, rev.dst_idx) == (fwd.dst_idx, fwd.src_idx)
     # vocabulary: funnel (1..8) then sorted relations: ad_alt 9/10, ad_of_campaign 11/12, self_ref 13/14
     multi = _edge(edges, "a001", "c0")
     assert {k: v.edge_type_id for k, v in multi.items()} == {"ad_alt": 9, "ad_of_campaign": 11}
+    assert all(v.last_event_ts is None for v in multi.values())  # catalog edges have no events
     assert edges.count() == 2 * edges.where(~F.col("edge_type").startswith("rev_")).count()
 
 
