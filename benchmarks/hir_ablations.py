@@ -193,6 +193,13 @@ def make_trainer(inputs, overrides: dict):
     settings = {k_: (tuple(v) if isinstance(v, list) else v) for k_, v in overrides.items()}  # JSON lists: tuples
     model_cfg = resolve_model_config(ModelConfig(**{k_: v for k_, v in settings.items() if k_ in model_names}), inputs)
     train_cfg = TrainConfig(**{k_: v for k_, v in settings.items() if k_ in train_names})
+    if train_cfg.recency_half_life is not None:
+        if train_cfg.engagement_weights is not None:
+            raise SystemExit("set engagement_weights or recency_half_life, not both (the prepared split's stages are "
+                             "read back from the default weights)")
+        if inputs.engagement_recency is None:
+            raise SystemExit("this prepared split has no recency ranks: prepare it again (--lake, --run-date)")
+    inputs = inputs.with_recency(train_cfg.recency_half_life)
     features = inputs.features(model_cfg)
     torch.manual_seed(train_cfg.seed)
     engagement, seen = inputs.engagement, getattr(inputs, "seen_pairs", None)

@@ -256,6 +256,10 @@ class TrainConfig:
         engagement_weights: weight of an engaged (user, item) pair in the engagement loss per funnel stage,
             aligned with the graph's funnel (0 = not engagement); ``None``: the stage's depth above the first
             (``0, 1, 2, 3`` for the default funnel).
+        recency_half_life: a user's engaged pairs are also weighted by how recent they are among its own actions:
+            ``2 ** (-rank / recency_half_life)``, ``rank`` = how many of its engaged items it acted on later
+            (``ModelInputs.with_recency``); the weight drives the engagement loss's sampling and every history pool.
+            ``None``: no recency weighting (calendar decay only, ``GraphConfig.half_life_days``).
         prototype_refinement_iters: after training, spherical k-means iterations over every node's head
             projection, started from the published network's learned prototypes, that move each prototype to the
             nodes it wins (``hir_pipeline.model.refine``; an emptied prototype is re-seeded at the worst-served node):
@@ -293,10 +297,13 @@ class TrainConfig:
     published_encoder: PublishedEncoder = "student"
     schedule_budget_s: float | None = None
     engagement_weights: tuple[float, ...] | None = None
+    recency_half_life: float | None = None
     prototype_refinement_iters: int = 20
     processes: int = 1
 
     def __post_init__(self) -> None:
+        if self.recency_half_life is not None and not self.recency_half_life > 0:
+            raise ValueError(f"recency_half_life must be > 0 or None, got {self.recency_half_life}")
         if self.prototype_refinement_iters < 0:
             raise ValueError("prototype_refinement_iters must be >= 0")
         if self.processes < 1:

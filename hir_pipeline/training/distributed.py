@@ -104,8 +104,9 @@ def train_rank(
         if rank == 0:
             prepare_checkpoint_dir(checkpoint_dir, fingerprint)
         dist.barrier()  # no rank looks for checkpoints before rank 0 removed stale ones
-        trainer = Trainer(model_cfg, train_cfg, inputs.features(model_cfg), inputs.broad_views,
-                          inputs.narrow_views or None, inputs.engagement, on_epoch_end=on_epoch_end,
+        weighted = inputs.with_recency(train_cfg.recency_half_life)
+        trainer = Trainer(model_cfg, train_cfg, weighted.features(model_cfg), inputs.broad_views,
+                          inputs.narrow_views or None, weighted.engagement, on_epoch_end=on_epoch_end,
                           seen=inputs.seen_pairs)
         try:
             history, stopped = trainer.fit(stop_after_s=time_budget_s), None

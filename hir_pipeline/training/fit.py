@@ -195,12 +195,13 @@ def fit_and_embed(
     train_cfg = dataclasses.replace(train_cfg, checkpoint_dir=str(checkpoint_dir), resume=True)
     fingerprint = fingerprint or run_fingerprint(inputs, model_cfg, train_cfg)
     done = prepare_checkpoint_dir(checkpoint_dir, fingerprint)
-    features = inputs.features(model_cfg)
+    weighted = inputs.with_recency(train_cfg.recency_half_life)  # the ranks weigh the inputs they load themselves
+    features = weighted.features(model_cfg)
     narrow = inputs.narrow_views or None
     launched = launch is not None and train_cfg.processes > 1 and not _in_process_group()
     # launched: this process only embeds, with the ranks' final model (one process: no process group to join)
     trainer = Trainer(model_cfg, dataclasses.replace(train_cfg, processes=1) if launched else train_cfg, features,
-                      inputs.broad_views, narrow, inputs.engagement, on_epoch_end=on_epoch_end,
+                      inputs.broad_views, narrow, weighted.engagement, on_epoch_end=on_epoch_end,
                       seen=inputs.seen_pairs)
     log.info("fit %s: %s, %d epoch(s) already in %s", fingerprint[:12], inputs.summary(), done, checkpoint_dir)
     stages = Stages()

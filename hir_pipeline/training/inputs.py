@@ -15,7 +15,7 @@ import hashlib
 import os
 import pickle
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +86,9 @@ class ModelInputs:
             rows where absent; ``None`` = none (``Ds = 0``).
         seen_pairs: ``(user_idx, item_idx)`` pairs seen but not engaged, sorted by (user, item), or ``None``
             (they feed cross-entity distillation at a low weight, never the engagement loss).
+        engagement_recency: int32 ``[P]`` aligned with ``engagement``: how many of the user's engaged items it
+            last acted on later (0 = its latest; ties share a rank), or ``None`` when the graph has no event
+            times. :meth:`with_recency` turns it into weights.
     """
 
     entity_ids: np.ndarray
@@ -102,6 +105,7 @@ class ModelInputs:
     provenance: dict[str, Any] = field(default_factory=dict)
     structure: np.ndarray | None = None
     seen_pairs: SeenPairs | None = None
+    engagement_recency: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.entity_ids)
@@ -127,6 +131,27 @@ class ModelInputs:
                 raise ValueError("seen_pairs arrays differ in length")
             if len(s_users) and not (min(s_users.min(), s_items.min()) >= 0 and max(s_users.max(), s_items.max()) < n):
                 raise ValueError("seen pair outside the node range")
+        if self.engagement_recency is not None and len(self.engagement_recency) != len(users):
+            raise ValueError(f"engagement_recency has {len(self.engagement_recency)} rows for {len(users)} pairs")
+
+    def with_recency(self, half_life: float | None) -> ModelInputs:
+        """These inputs with each engagement pair's weight multiplied by ``2 ** (-rank / half_life)``, ``rank``
+        being :attr:`engagement_recency`: a user's latest items weigh most, in the engagement loss's sampling and
+        in every history pool (a user's next actions follow its recent ones more than its old ones).
+
+        Calendar decay (``GraphConfig.half_life_days``) cannot tell apart the items of one busy day; this counts
+        the user's own actions. ``None`` (or inputs without event times) returns ``self``.
+
+        Args:
+            half_life: rank at which a pair's weight halves, > 0; ``None`` = no recency weighting.
+        """
+        if half_life is None or self.engagement_recency is None:
+            return self
+        if not half_life > 0:
+            raise ValueError(f"recency half life must be > 0, got {half_life}")
+        users, items, weight = self.engagement
+        factor = np.exp2(-np.asarray(self.engagement_recency, dtype=np.float64) / float(half_life))
+        return replace(self, engagement=(users, items, (weight * factor).astype(np.float32)))
 
     @property
     def num_nodes(self) -> int:
@@ -219,6 +244,9 @@ class ModelInputs:
             h.update(b"seen_pairs")
             for arr in self.seen_pairs:
                 add(arr)
+        if self.engagement_recency is not None:
+            h.update(b"engagement_recency")
+            add(np.asarray(self.engagement_recency, dtype=np.int32))
         return h.hexdigest()
 
 
@@ -242,6 +270,27 @@ def engagement_arrays(users: Sequence[int], items: Sequence[int], weights: Seque
     w = np.asarray(weights, dtype=np.float32)
     order = np.lexsort((i, u))
     return u[order], i[order], w[order]
+
+
+def recency_ranks(users: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """int32 rank of each pair among its user's pairs by time, latest first: how many of the user's pairs are
+    strictly later (0 = the latest; pairs at the same time share a rank).
+
+    Args:
+        users: user of each pair.
+        times: time of each pair's latest event (any orderable numbers, e.g. epoch microseconds).
+    """
+    users, times = np.asarray(users), np.asarray(times)
+    ranks = np.zeros(len(users), dtype=np.int32)
+    if not len(users):
+        return ranks
+    order = np.lexsort((-times, users))  # by user, latest first
+    u, t = users[order], times[order]
+    pos = np.arange(len(u))
+    user_start = np.maximum.accumulate(np.where(np.r_[True, u[1:] != u[:-1]], pos, 0))
+    block_start = np.maximum.accumulate(np.where(np.r_[True, (u[1:] != u[:-1]) | (t[1:] != t[:-1])], pos, 0))
+    ranks[order] = (block_start - user_start).astype(np.int32)
+    return ranks
 
 
 def save_inputs(inputs: ModelInputs, path: str | os.PathLike) -> Path:

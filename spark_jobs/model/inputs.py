@@ -9,7 +9,7 @@ what                         driver memory (``N`` nodes, ``V`` views of ``n`` no
 node features                ``N * (3 small ints + Dc float32 + Ds float32)``, plus the ``N`` id strings
 views                        ``V * (9 n + 2 n^2)`` bytes (int64 node ids, int8 types, int8 distances, uint8 edge
                              types), plus one small dict per view (~0.5 KB of Python overhead)
-engagement pairs             ``20 P`` bytes, plus ``16 Q`` for the ``Q`` seen-only (e.g. impression) pairs
+engagement pairs             ``24 P`` bytes (with their recency ranks), plus ``16 Q`` for the ``Q`` seen-only pairs
 ==========================  =====================================================================================
 
 For example 1 M nodes with 384-d content, broad views of ~40 and narrow views of ~9 nodes and 5 M pairs need
@@ -39,7 +39,7 @@ from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import DEFAULT_FUNNEL, VIEW_BROAD, VIEW_NARROW
 from hir_pipeline.timing import Stages
-from hir_pipeline.training.inputs import ModelInputs, engagement_arrays, views_from_flat
+from hir_pipeline.training.inputs import ModelInputs, engagement_arrays, recency_ranks, views_from_flat
 from spark_jobs.delta_io import MissingInput, latest_version, read_table
 from spark_jobs.driver_collect import to_arrow
 from spark_jobs.graph.fastrp import STRUCTURE_COLUMN
@@ -226,22 +226,30 @@ def collect_engagement(edges_df: DataFrame, funnel: Sequence[str], stage_weights
 
 
 def collect_activity(edges_df: DataFrame, funnel: Sequence[str], stage_weights: Sequence[float]):
-    """``(engagement, seen)`` from the forward activity edges, in one pass: the funnel-weighted engaged pairs (as
-    :func:`collect_engagement`) and the ``(user_idx, item_idx)`` pairs whose deepest stage has weight 0 (seen,
-    not engaged), both sorted by (user, item)."""
+    """``(engagement, seen, recency)`` from the forward activity edges, in one pass: the funnel-weighted engaged
+    pairs (as :func:`collect_engagement`), the ``(user_idx, item_idx)`` pairs whose deepest stage has weight 0
+    (seen, not engaged), both sorted by (user, item), and each engaged pair's recency rank among its user's
+    engaged pairs (:func:`~hir_pipeline.training.inputs.recency_ranks` of ``last_event_ts``; ``None`` for a
+    ``graph_edges`` snapshot written before that column existed)."""
     if len(stage_weights) != len(funnel):
         raise ValueError(f"{len(stage_weights)} engagement weights for a funnel of {len(funnel)} stages")
     stage = F.array_position(F.array(*[F.lit(s) for s in funnel]), F.col("edge_type"))
     weight = F.element_at(F.array(*[F.lit(float(w)) for w in stage_weights]), stage.cast("int"))
-    table = to_arrow(
-        edges_df.where(stage > 0)
-        .select(F.col("src_idx").cast("long"), F.col("dst_idx").cast("long"), weight.cast("float").alias("w")),
-        "engagement pairs",
-    )
+    timed = "last_event_ts" in edges_df.columns
+    columns = [F.col("src_idx").cast("long"), F.col("dst_idx").cast("long"), weight.cast("float").alias("w")]
+    if timed:
+        columns.append(F.unix_micros(F.col("last_event_ts").cast("timestamp")).alias("t"))
+    table = to_arrow(edges_df.where(stage > 0).select(*columns), "engagement pairs")
     src, dst, w = (table.column(c).to_numpy() for c in ("src_idx", "dst_idx", "w"))
     engaged = w > 0
     seen = engagement_arrays(src[~engaged], dst[~engaged], np.zeros(int((~engaged).sum()), dtype=np.float32))
-    return engagement_arrays(src[engaged], dst[engaged], w[engaged]), seen[:2]
+    engagement = engagement_arrays(src[engaged], dst[engaged], w[engaged])
+    recency = None
+    if timed:
+        t = table.column("t").to_numpy(zero_copy_only=False)[engaged]
+        ranks = recency_ranks(src[engaged], t)
+        recency = ranks[np.lexsort((dst[engaged], src[engaged]))]  # the order of engagement_arrays
+    return engagement, seen[:2], recency
 
 
 def load_model_inputs(
@@ -290,7 +298,7 @@ def load_model_inputs(
     done("views", f"{len(views[VIEW_BROAD]):,} broad and {len(views[VIEW_NARROW]):,} narrow views")
     content, has_content = stages.run("content", lambda: collect_node_content(content_df, nodes_df, n, content_column))
     done("content", f"content vectors of {int(has_content.sum()):,} nodes (dim {content.shape[1]})")
-    engagement, seen = stages.run("engagement", lambda: collect_activity(edges_df, funnel, weights))
+    engagement, seen, recency = stages.run("engagement", lambda: collect_activity(edges_df, funnel, weights))
     done("engagement", f"{len(engagement[0]):,} engagement pairs and {len(seen[0]):,} seen-only pairs")
     # The model sees edge types only through the views: their largest id sizes the edge-type bias table.
     max_edge_type = max((int(v["edge_types"].max(initial=0)) for vs in views.values() for v in vs), default=0)
@@ -301,6 +309,7 @@ def load_model_inputs(
         engagement=engagement, max_edge_type=int(max_edge_type), provenance=dict(provenance or {}),
         structure=structure,
         seen_pairs=seen,
+        engagement_recency=recency,
     )
 
 

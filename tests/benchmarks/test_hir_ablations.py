@@ -102,3 +102,16 @@ def test_engagement_weights_reweight_the_prepared_pairs_by_their_stage(prepared)
     trainer = bench.make_trainer(inputs, {"engagement_weights": [0, 1, 1, 1], "hidden_dim": 16, "num_layers": 1,
                                           "num_heads": 2, "out_dim": 8})
     assert set(trainer.pairs[2].tolist()) == {1.0}  # the Trainer draws the reweighted pairs
+
+
+def test_recency_half_life_weighs_the_prepared_pairs_by_their_rank(prepared):
+    inputs = pickle.loads(prepared.read_bytes())["validation"]["inputs"]
+    tiny = {"hidden_dim": 16, "num_layers": 1, "num_heads": 2, "out_dim": 8}
+    with pytest.raises(SystemExit, match="no recency ranks"):
+        bench.make_trainer(dataclasses.replace(inputs, engagement_recency=None), {**tiny, "recency_half_life": 2.0})
+    ranks = np.arange(len(inputs.engagement[0]), dtype=np.int32) % 3
+    ranked = dataclasses.replace(inputs, engagement_recency=ranks)
+    trainer = bench.make_trainer(ranked, {**tiny, "recency_half_life": 2.0})
+    np.testing.assert_allclose(trainer.pairs[2], inputs.engagement[2] * 2.0 ** (-ranks / 2.0), rtol=1e-6)
+    with pytest.raises(SystemExit, match="not both"):
+        bench.make_trainer(ranked, {**tiny, "recency_half_life": 2.0, "engagement_weights": [0, 1, 1, 1]})

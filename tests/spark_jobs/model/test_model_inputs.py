@@ -14,7 +14,7 @@ from hir_pipeline.model.batch import pack_views
 from spark_jobs.content_embeddings import CONTENT_EMBEDDINGS_DDL
 from spark_jobs.graph import GraphConfig, GraphSnapshot, build_edges, build_nodes, build_views
 from spark_jobs.graph.fastrp import STRUCTURE_COLUMN
-from spark_jobs.model.inputs import default_engagement_weights, load_model_inputs
+from spark_jobs.model.inputs import collect_activity, default_engagement_weights, load_model_inputs
 
 RUN = dt.date(2024, 4, 30)
 CFG = GraphConfig(broad_fanout=(4, 2), narrow_fanout=(3,), max_view_nodes=8, max_dist=3, seed=3)
@@ -120,6 +120,29 @@ def test_engagement_pairs_are_funnel_weighted(graph):
         (idx["u3"], idx["p3"])] == 0.5
     with pytest.raises(ValueError, match="engagement weights"):
         _load(graph, engagement_weights=(1.0, 2.0))
+
+
+def test_recency_ranks_follow_each_users_latest_engaged_items(spark, graph):
+    ents = [("u0", "user"), ("u1", "user")] + [(f"p{i}", "product") for i in range(4)]
+    entities = spark.createDataFrame([(i, t, *[None] * 6) for i, t in ents], source_ddl("entities"))
+    relations = spark.createDataFrame([("p0", "p1", "similar", None)], source_ddl("relations"))
+    ev = [("u0", "p0", "click", 5), ("u0", "p1", "conversion", 1), ("u0", "p2", "click", 1),  # p1, p2: same time
+          ("u0", "p3", "impression", 0),  # the latest, but only seen: not among the engaged pairs
+          ("u1", "p0", "add_to_cart", 3), ("u1", "p0", "impression", 0), ("u1", "p2", "click", 2)]
+    events = spark.createDataFrame(
+        [(f"e{i}", u, e, t, _ts(d), None) for i, (u, e, t, d) in enumerate(ev)], source_ddl("events")
+    ).withColumn(EVENT_DATE_COLUMN, F.to_date("event_ts"))
+    edges = build_edges(entities, relations, events, RUN, CFG)
+    weights = default_engagement_weights(DEFAULT_FUNNEL)
+    (users, items, _), _, recency = collect_activity(edges, DEFAULT_FUNNEL, weights)
+    ids = {r.src_idx: r.src_id for r in edges.select("src_idx", "src_id").distinct().collect()}
+    got = {(ids[u], ids[i]): int(r) for u, i, r in zip(users, items, recency, strict=True)}
+    # u1's add_to_cart on p0 has a later impression: the pair's latest event counts, whatever its stage
+    assert got == {("u0", "p1"): 0, ("u0", "p2"): 0, ("u0", "p0"): 2, ("u1", "p0"): 0, ("u1", "p2"): 1}
+    # a graph_edges snapshot written before the column existed: no ranks, no recency weighting
+    assert collect_activity(edges.drop("last_event_ts"), DEFAULT_FUNNEL, weights)[2] is None
+    inputs = _load(graph)
+    assert inputs.engagement_recency is not None and len(inputs.engagement_recency) == len(inputs.engagement[0])
 
 
 def test_fingerprint_and_no_content(graph):
