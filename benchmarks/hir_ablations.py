@@ -2,10 +2,11 @@
 
 Prepares the evaluation split of a lake once with Spark (exactly as ``evaluation_report`` does: per-user
 temporal hold-out, deep-funnel targets, seeded cold items; graph and views rebuilt from the training events;
-``spark_jobs.evaluation.run.prepare_evaluation``) and, inside its training part, the inner validation split that ALS
-tunes its grid on (``spark_jobs.evaluation.run.prepare_validation``: ALS's ``validation_fraction`` and ``seed``, plus
-the outer split's ``cold_item_fraction`` of items made cold; HIR's graph rebuilt without the held-out pairs).
-Both are cached in one pickle (``--cache``).
+``spark_jobs.evaluation.run.prepare_evaluation``) and, inside its training part, the inner validation split: the same
+rules applied to the training events (``spark_jobs.evaluation.run.prepare_validation``: each user's latest events held
+out, deep-funnel targets, cold items; HIR's graph rebuilt from the inner training events). The baselines' grids tune
+one level further in by the same rules, as they do in the evaluation. Both splits are cached in one pickle
+(``--cache``).
 
 ``--split validation`` (the default) scores on the inner split: settings are chosen there, never on the test
 targets. ``--split test`` scores on the evaluation split's targets: only for the final report of settings chosen
@@ -108,13 +109,14 @@ def prepare(lake: str, day: dt.date) -> dict:
     bronze, content = read_evaluation_inputs(session, lambda t: f"{lake}/{t}", day, require_content=True)
     config = EvaluationJobConfig()
     split, data, inputs = prepare_evaluation(bronze, content, day, config)
-    # the split ALS tunes on (its fraction and the evaluation's seed), with the outer split's share of cold items
-    inner, inner_inputs = prepare_validation(bronze, split, data, content, day, config)
-    als, split_cfg = config.evaluation.als, config.split
+    # the inner split: the evaluation split's rules applied to its training events
+    inner, inner_inputs = prepare_validation(bronze, split, content, day, config)
+    split_cfg = config.split
     return {"data": data, "inputs": inputs, "item_content": collect_entity_content(content, data.item_ids),
             "note": split.note, "run_date": str(day),
-            "validation": {"data": inner, "inputs": inner_inputs, "fraction": als.validation_fraction,
-                           "seed": config.evaluation.seed, "cold_fraction": split_cfg.cold_item_fraction}}
+            "validation": {"data": inner, "inputs": inner_inputs, "fraction": split_cfg.holdout_fraction,
+                           "seed": split_cfg.seed, "cold_fraction": split_cfg.cold_item_fraction,
+                           "rules": "temporal"}}
 
 
 def split_of(prepared: dict, split: str) -> tuple[Any, Any, str]:
@@ -122,8 +124,13 @@ def split_of(prepared: dict, split: str) -> tuple[Any, Any, str]:
     if split == "test":
         return prepared["data"], prepared["inputs"], f"test split: {prepared.get('note', '')}"
     v = prepared["validation"]
-    note = (f"inner validation split of the training part: {v['fraction']:g} of each user's pairs (seed "
-            f"{v['seed']}), {v['cold_fraction']:g} of the items cold")
+    if v.get("rules") == "temporal":
+        note = (f"inner validation split: the evaluation split's rules on its training events (each user's latest "
+                f"{v['fraction']:g} of events held out, deep-funnel targets, {v['cold_fraction']:g} of the items "
+                f"cold, seed {v['seed']})")
+    else:  # a split prepared before the inner split followed the evaluation's rules
+        note = (f"inner validation split of the training part: {v['fraction']:g} of each user's pairs at random "
+                f"(seed {v['seed']}), {v['cold_fraction']:g} of the items cold")
     return v["data"], v["inputs"], note
 
 
@@ -137,6 +144,9 @@ def data_fingerprint(data) -> str:
             h.update(a.tobytes())
     for s in sorted(data.candidates):
         h.update(s.encode() + data.candidates[s].tobytes())
+    tuning = getattr(data, "tuning", None)
+    if tuning is not None:  # the baselines' grids score on it
+        h.update(b"tuning" + data_fingerprint(tuning).encode())
     return h.hexdigest()[:24]
 
 

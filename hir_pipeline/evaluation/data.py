@@ -24,6 +24,10 @@ class EvalData:
         targets: per split name, a binary ``[U, I]`` CSR of held-out target pairs.
         candidates: per split name, bool ``[I]``: the items ranked for that split (warm: items with
             training events; cold: the withheld items).
+        tuning: the inner split a baseline's grid search scores its points on (split ``validation``), drawn from
+            this data's *training events* by the same rules as the reported split
+            (:func:`spark_jobs.evaluation.run.inner_split`); ``None``: a seeded random hold-out of the training
+            pairs (:func:`validation_split`), for data without event times.
     """
 
     user_ids: list[str]
@@ -31,6 +35,7 @@ class EvalData:
     train: sp.csr_matrix
     targets: dict[str, sp.csr_matrix] = field(default_factory=dict)
     candidates: dict[str, np.ndarray] = field(default_factory=dict)
+    tuning: EvalData | None = None
 
     @property
     def n_users(self) -> int:
@@ -52,7 +57,18 @@ class EvalData:
         """
         return EvalData(self.user_ids, self.item_ids, self.train,
                         {names.get(s, s): t for s, t in self.targets.items()},
-                        {names.get(s, s): c for s, c in self.candidates.items()})
+                        {names.get(s, s): c for s, c in self.candidates.items()}, self.tuning)
+
+    def only(self, split: str, name: str | None = None) -> EvalData:
+        """The same data with one split kept (renamed ``name`` when given) and no tuning split.
+
+        Args:
+            split: the split kept.
+            name: its new name (default: unchanged).
+        """
+        name = name or split
+        return EvalData(self.user_ids, self.item_ids, self.train, {name: self.targets[split]},
+                        {name: self.candidates[split]})
 
     @classmethod
     def from_pairs(

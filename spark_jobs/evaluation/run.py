@@ -6,9 +6,9 @@ activity edge), trains HIR on it with the given (production) settings, and score
 same held-out targets. :func:`read_evaluation_inputs` reads what it needs from the lake and
 :func:`write_evaluation_metrics` replaces the run date's rows of ``evaluation_metrics``.
 
-:func:`prepare_validation` carves the inner validation split out of the training part (the split ALS tunes its
-grid on, :func:`~hir_pipeline.evaluation.data.validation_split`) and rebuilds HIR's inputs without the held-out
-pairs, so that HIR's settings are chosen without looking at the reported targets
+:func:`inner_split` applies the split's own rules to its training events: the baselines' grids tune on that
+inner split, and :func:`prepare_validation` also rebuilds HIR's inputs from its training events, so that HIR's
+settings are chosen on the same question as the reported one without looking at the reported targets
 (``benchmarks/hir_ablations.py --split validation``).
 """
 
@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import EVALUATION_METRICS_DDL
-from hir_pipeline.evaluation.data import VALIDATION, WARM, EvalData, validation_split
+from hir_pipeline.evaluation.data import VALIDATION, WARM, EvalData
 from hir_pipeline.evaluation.label_purity import InterestVocabulary, label_purity, label_purity_rows
 from hir_pipeline.evaluation.runner import (
     ClusterLevels,
@@ -169,7 +169,9 @@ def prepare_evaluation(
     say(f"evaluation split: {split.note}")
     data = stages.run("collect_pairs", lambda: collect_eval_data(split, events, run_date, graph.funnel,
                                                                  graph.stage_weights))
-    say(f"evaluation data: {_summary(data)}")
+    _, tuning = stages.run("tuning_split", lambda: inner_split(bronze, split, run_date, config))
+    data.tuning = tuning.only(WARM, VALIDATION)
+    say(f"evaluation data: {_summary(data)}; baselines tune on {_summary(data.tuning)}")
     inputs = training_inputs(bronze, split.train_events, content, run_date, config, "evaluation", stages)
     return split, data, inputs
 
@@ -202,54 +204,57 @@ def training_inputs(
         provenance={"purpose": purpose, "run_date": str(run_date)}))
 
 
-def held_out_pairs(data: EvalData, inner: EvalData) -> list[tuple[str, str]]:
-    """``(user_id, entity_id)`` of the training pairs of ``data`` that ``inner`` no longer trains on.
+def inner_split(bronze: Mapping[str, DataFrame], split: EvaluationSplit, run_date: dt.date,
+                config: EvaluationJobConfig) -> tuple[EvaluationSplit, EvalData]:
+    """The split's own rules (``config.split``: temporal per-user hold-out, deep-funnel targets, cold items)
+    applied to its training events: the inner split that settings are chosen on, so that validation asks the
+    question the reported split asks, one step earlier in time.
 
     Args:
-        data: the evaluation data.
-        inner: data carved from it by :func:`~hir_pipeline.evaluation.data.validation_split`.
+        bronze: the bronze tables (their ``events`` define the item universe, as in the outer split).
+        split: the outer split (its ``train_events``).
+        run_date, config: as in :func:`evaluate_run`.
+
+    Returns:
+        ``(inner, data)``: the inner split (its ``train_events`` checkpointed) and its evaluation data, splits
+        ``warm`` and ``cold``.
     """
-    gone = (data.train.astype(bool).astype(np.int8) - inner.train.astype(bool).astype(np.int8)).tocoo()
-    keep = gone.data > 0
-    return [(data.user_ids[u], data.item_ids[i]) for u, i in zip(gone.row[keep], gone.col[keep], strict=True)]
+    graph = config.graph
+    inner = split_events(split.train_events, run_date, config.split)
+    inner.train_events = inner.train_events.localCheckpoint()
+    return inner, collect_eval_data(inner, bronze["events"], run_date, graph.funnel, graph.stage_weights)
 
 
 def prepare_validation(
     bronze: Mapping[str, DataFrame],
     split: EvaluationSplit,
-    data: EvalData,
     content: DataFrame | None,
     run_date: dt.date,
     config: EvaluationJobConfig,
     stages: Stages | None = None,
 ) -> tuple[EvalData, Any]:
-    """The inner validation split of the training part and HIR's inputs rebuilt without its held-out pairs.
+    """The inner validation split of the training part (:func:`inner_split`) and HIR's inputs of its training
+    events, so that HIR's settings are chosen without looking at the reported targets.
 
-    The split is :func:`~hir_pipeline.evaluation.data.validation_split`, the one ALS's grid search draws (its
-    ``validation_fraction`` and the evaluation's seed), with the split's ``cold_item_fraction`` of the items still
-    trained on made cold; every training event of a held-out pair (warm validation or cold) is dropped before the
-    graph is rebuilt, so HIR never trains on a validation target.
+    The baselines tune on the same rules one level further in (the inner data's ``tuning``), as they do on the
+    reported split.
 
     Args:
         bronze, content, run_date: as in :func:`evaluate_run`.
         split: the outer split (its ``train_events``).
-        data: the outer split's evaluation data (its ``train`` is what the inner split is carved from).
         config: the run's settings.
         stages: times each step (None: untimed).
 
     Returns:
-        ``(inner, inputs)``: the inner data with splits ``warm`` (the validation pairs) and ``cold``, and HIR's
-        inputs of the remaining training events.
+        ``(inner, inputs)``: the inner data with splits ``warm`` (the validation targets) and ``cold``, and HIR's
+        inputs of the inner training events (no event of a held-out pair, none on a new cold item).
     """
-    evaluation = config.evaluation
-    inner = validation_split(data, evaluation.als.validation_fraction, evaluation.seed,
-                             config.split.cold_item_fraction).renamed({VALIDATION: WARM})
-    pairs = held_out_pairs(data, inner)
-    session = split.train_events.sparkSession
-    gone = session.createDataFrame(pairs, "user_id string, entity_id string")
-    train_events = split.train_events.join(F.broadcast(gone), ["user_id", "entity_id"], "left_anti")
-    inputs = training_inputs(bronze, train_events, content, run_date, config, "validation", stages)
-    return inner, inputs
+    stages = stages or Stages()
+    inner, data = stages.run("validation_split", lambda: inner_split(bronze, split, run_date, config))
+    _, tuning = stages.run("tuning_split", lambda: inner_split(bronze, inner, run_date, config))
+    data.tuning = tuning.only(WARM, VALIDATION)
+    inputs = training_inputs(bronze, inner.train_events, content, run_date, config, "validation", stages)
+    return data, inputs
 
 
 def evaluate_run(

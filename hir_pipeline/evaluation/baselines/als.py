@@ -1,7 +1,8 @@
 """Implicit-feedback ALS (Hu, Koren, Volinsky, ICDM 2008) with the ``implicit`` library and a small grid.
 
-The grid is searched on an inner validation split of the training pairs
-(:func:`~hir_pipeline.evaluation.data.validation_split`), then the best setting is refitted on all of them.
+The grid is searched on the data's inner tuning split (``EvalData.tuning``: the reported split's rules applied
+to its training events), or, for data without one, on a seeded random hold-out of the training pairs
+(:func:`~hir_pipeline.evaluation.data.validation_split`); then the best setting is refitted on all of them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class ALSConfig:
         regularization: L2 weights tried.
         alpha: confidence scales tried (confidence = ``alpha * funnel weight``).
         iterations: ALS sweeps per fit.
-        validation_fraction: share of each user's training pairs held out to pick the grid point.
+        validation_fraction: share of each user's training pairs held out to pick the grid point, for data
+            without a tuning split (``EvalData.tuning``).
         k: cut-off of the Recall@K the grid maximises (the evaluation sets it to its own ``k``).
         seed: seed of the factor initialisation and of the validation split (the evaluation sets it to its own
             ``seed``).
@@ -75,7 +77,7 @@ class ALSScorer:
         from hir_pipeline.evaluation.scoring import EmbeddingScorer, evaluate_scorer
 
         c = self.config
-        inner = validation_split(data, c.validation_fraction, c.seed)
+        inner = data.tuning if data.tuning is not None else validation_split(data, c.validation_fraction, c.seed)
         best_score, best = -1.0, None
         for factors, reg, alpha in itertools.product(c.factors, c.regularization, c.alpha):
             u, i = self._fit_once(inner.train, factors, reg, alpha)

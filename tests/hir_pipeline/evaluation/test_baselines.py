@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -45,6 +47,21 @@ def test_als_beats_random(planted, random_scores):
     als = ALSScorer(ALSConfig(factors=(8,), regularization=(0.01, 0.1), alpha=(1.0,), num_threads=1))
     assert _recall(als, data, WARM) > random_scores[WARM][f"recall_at_{K}"] + 0.1
     assert len(als.grid) == 2 and als.best["factors"] == 8
+
+
+def test_als_grid_is_scored_on_the_tuning_split_when_the_data_has_one(planted):
+    data, _, _ = planted
+    config = ALSConfig(factors=(4, 8), regularization=(0.1,), alpha=(1.0,), num_threads=1)
+    tuning = validation_split(data, 0.5, seed=7)  # any inner split: here one the fallback would never draw
+    with_tuning = dataclasses.replace(data, tuning=tuning)
+    als = ALSScorer(config).fit(with_tuning)
+    for point in als.grid:
+        u, i = ALSScorer(config)._fit_once(tuning.train, point["factors"], point["regularization"], point["alpha"])
+        got = evaluate_scorer(EmbeddingScorer(u, i), tuning, config.k)[VALIDATION][f"recall_at_{config.k}"]
+        assert point[f"recall_at_{config.k}"] == pytest.approx(got)
+    fallback = ALSScorer(config).fit(data)  # no tuning split: the seeded random hold-out of validation_fraction
+    assert [p[f"recall_at_{config.k}"] for p in fallback.grid] != [p[f"recall_at_{config.k}"] for p in als.grid]
+    assert with_tuning.renamed({WARM: "w"}).tuning is tuning and with_tuning.only(WARM).tuning is None
 
 
 def test_lightgcn_beats_random_and_is_seeded(planted, random_scores):

@@ -12,14 +12,13 @@ import pytest
 from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import EVENT_DATE_COLUMN, source_ddl
-from hir_pipeline.evaluation.baselines import ALSConfig
-from hir_pipeline.evaluation.data import COLD, WARM, EvalData, validation_split
+from hir_pipeline.evaluation.data import COLD, VALIDATION, WARM, EvalData
 from hir_pipeline.evaluation.runner import EvaluationSettings
 from hir_pipeline.model.config import ModelConfig
 from spark_jobs.evaluation.run import (
     EvaluationJobConfig,
     evaluate_run,
-    held_out_pairs,
+    inner_split,
     prepare_evaluation,
     prepare_validation,
 )
@@ -32,23 +31,6 @@ GRAPH = GraphConfig(broad_fanout=(4, 2), narrow_fanout=(3,), max_view_nodes=8, m
 SPLIT = SplitConfig(min_target_users=3, seed=1)
 #: The run's settings; the HIR model's max_dist is the graph's.
 CONFIG = EvaluationJobConfig(split=SPLIT, graph=GRAPH, model=ModelConfig(max_dist=3))
-
-
-def test_held_out_pairs_are_every_warm_and_cold_pair_the_inner_split_takes_from_training():
-    """The pairs whose events :func:`prepare_validation` drops are exactly those the inner split moved out of
-    ``train``: its warm validation targets and every pair on a new cold item (no Spark needed)."""
-    import scipy.sparse as sp
-
-    rng = np.random.default_rng(5)
-    train = sp.random(12, 9, density=0.5, format="csr", random_state=rng, dtype=np.float32)
-    data = EvalData([f"u{u}" for u in range(12)], [f"i{i}" for i in range(9)], train)
-    inner = validation_split(data, 0.3, seed=2, cold_fraction=0.25)
-    gone = held_out_pairs(data, inner)
-    targets = (inner.targets["validation"] + inner.targets[COLD]).tocoo()
-    assert len(gone) == len(set(gone)) == data.train.nnz - inner.train.nnz > 0
-    assert set(gone) == {(data.user_ids[u], data.item_ids[i]) for u, i in zip(targets.row, targets.col, strict=True)}
-    kept = inner.train.tocoo()
-    assert not set(gone) & {(data.user_ids[u], data.item_ids[i]) for u, i in zip(kept.row, kept.col, strict=True)}
 
 
 @pytest.fixture(scope="module")
@@ -80,21 +62,46 @@ def prepared(source):
     return prepare_evaluation({"entities": entities, "relations": relations, "events": events}, None, RUN, CONFIG)
 
 
+def _pairs(m, data: EvalData) -> set[tuple[str, str]]:
+    m = m.tocoo()
+    return {(data.user_ids[u], data.item_ids[i]) for u, i in zip(m.row, m.col, strict=True)}
+
+
+@pytest.mark.slow
+def test_inner_split_follows_the_evaluation_rules_on_the_training_events(prepared, source):
+    entities, relations, events = source
+    split, data, _ = prepared
+    bronze = {"entities": entities, "relations": relations, "events": events}
+    inner, inner_data = inner_split(bronze, split, RUN, CONFIG)
+    times = {}
+    for name, df in (("train", inner.train_events), ("all", split.train_events)):
+        rows = df.groupBy("user_id").agg(F.min("event_ts").alias("lo"), F.max("event_ts").alias("hi")).collect()
+        times[name] = {r.user_id: (r.lo, r.hi) for r in rows}
+    # held out: each user's latest events, besides every event on a new cold item
+    held = split.train_events.join(inner.train_events, "event_id", "left_anti").join(
+        inner.cold_items, "entity_id", "left_anti")
+    first_held = {r.user_id: r.t for r in held.groupBy("user_id").agg(F.min("event_ts").alias("t")).collect()}
+    assert first_held and all(times["train"][u][1] <= t for u, t in first_held.items() if u in times["train"])
+    assert inner.train_events.count() < split.train_events.count()
+    # its targets are pairs of the outer training part, never trained on in the inner one
+    warm = _pairs(inner_data.targets[WARM], inner_data)
+    assert warm and warm <= _pairs(data.train, data) and not warm & _pairs(inner_data.train, inner_data)
+    # the evaluation's baselines tune their grids on exactly this split
+    assert data.tuning is not None and data.tuning.splits == [VALIDATION]
+    assert _pairs(data.tuning.targets[VALIDATION], data.tuning) == warm
+    assert _pairs(data.tuning.train, data.tuning) == _pairs(inner_data.train, inner_data)
+
+
 @pytest.mark.slow
 def test_validation_inputs_never_hold_a_validation_pair(prepared, source):
     entities, relations, events = source
     split, data, outer_inputs = prepared
-    config = dataclasses.replace(
-        CONFIG, split=dataclasses.replace(SPLIT, cold_item_fraction=0.2),
-        evaluation=EvaluationSettings(seed=0, als=ALSConfig(validation_fraction=0.25)))
+    config = dataclasses.replace(CONFIG, split=dataclasses.replace(SPLIT, cold_item_fraction=0.2))
     bronze = {"entities": entities, "relations": relations, "events": events}
-    inner, inputs = prepare_validation(bronze, split, data, None, RUN, config)
+    inner, inputs = prepare_validation(bronze, split, None, RUN, config)
     assert inner.splits == [WARM, COLD]
-    expected = validation_split(data, 0.25, 0, 0.2)
-    assert (inner.train != expected.train).nnz == 0
-    gone = set(held_out_pairs(data, inner))
-    n_gone = data.train.nnz - inner.train.nnz
-    assert len(gone) == n_gone > 0
+    assert inner.tuning is not None and _pairs(inner.tuning.train, inner.tuning) < _pairs(inner.train, inner)
+    gone = _pairs(data.train, data) - _pairs(inner.train, inner)
     ids = np.asarray(inputs.entity_ids, dtype=object)
     users, items, _ = inputs.engagement
 
@@ -106,11 +113,11 @@ def test_validation_inputs_never_hold_a_validation_pair(prepared, source):
     engaged = pairs(inputs)
     assert engaged and not engaged & gone  # HIR trains on none of the held-out pairs ...
     assert pairs(outer_inputs) & gone  # ... which the outer training inputs did hold
-    # every validation target, warm or cold, is a held-out pair
+    assert engaged == _pairs(inner.train, inner) & engaged  # nor on anything the inner data does not train on
+    # every validation target, warm or cold, is a pair the inner training part does not hold
     for split_name in (WARM, COLD):
-        t = inner.targets[split_name].tocoo()
-        assert t.nnz > 0
-        assert {(inner.user_ids[u], inner.item_ids[i]) for u, i in zip(t.row, t.col, strict=True)} <= gone
+        targets = _pairs(inner.targets[split_name], inner)
+        assert targets and not targets & engaged
     # the new cold items keep their node (and category) but no activity
     cold_ids = {inner.item_ids[i] for i in np.flatnonzero(inner.candidates[COLD])}
     history = dict(zip(ids.tolist(), np.asarray(inputs.has_history).tolist(), strict=True))
