@@ -203,33 +203,34 @@ def make_trainer(inputs, overrides: dict):
     settings = {k_: (tuple(v) if isinstance(v, list) else v) for k_, v in overrides.items()}  # JSON lists: tuples
     model_cfg = resolve_model_config(ModelConfig(**{k_: v for k_, v in settings.items() if k_ in model_names}), inputs)
     train_cfg = TrainConfig(**{k_: v for k_, v in settings.items() if k_ in train_names})
-    if train_cfg.recency_half_life is not None:
-        if train_cfg.engagement_weights is not None:
-            raise SystemExit("set engagement_weights or recency_half_life, not both (the prepared split's stages are "
-                             "read back from the default weights)")
-        if inputs.engagement_recency is None:
-            raise SystemExit("this prepared split has no recency ranks: prepare it again (--lake, --run-date)")
-    inputs = inputs.with_recency(train_cfg.recency_half_life)
-    features = inputs.features(model_cfg)
-    torch.manual_seed(train_cfg.seed)
-    engagement, seen = inputs.engagement, getattr(inputs, "seen_pairs", None)
     if train_cfg.engagement_weights is not None:
-        engagement, seen = reweighted_engagement(engagement, seen, train_cfg.engagement_weights)
-    return Trainer(model_cfg, train_cfg, features, inputs.broad_views, inputs.narrow_views or None,
-                   engagement, seen=seen)
+        engagement, seen, ranks = reweighted_engagement(inputs.engagement, inputs.seen_pairs,
+                                                        train_cfg.engagement_weights, inputs.engagement_recency)
+        inputs = dataclasses.replace(inputs, engagement=engagement, seen_pairs=seen, engagement_recency=ranks)
+    if train_cfg.recency_half_life is not None and inputs.engagement_recency is None:
+        if "recency_half_life" in overrides:
+            raise SystemExit("this prepared split has no recency ranks: prepare it again (--lake, --run-date)")
+        print("note: this prepared split has no recency ranks (prepared before they existed): no recency weighting")
+    inputs = inputs.with_recency(train_cfg.recency_half_life)  # as the asset: after the stage weights
+    torch.manual_seed(train_cfg.seed)
+    return Trainer(model_cfg, train_cfg, inputs.features(model_cfg), inputs.broad_views, inputs.narrow_views or None,
+                   inputs.engagement, seen=inputs.seen_pairs)
 
 
-def reweighted_engagement(engagement, seen, weights):
-    """A prepared split's ``(engagement, seen)`` pairs under other funnel-stage weights (``engagement_weights``).
+def reweighted_engagement(engagement, seen, weights, ranks=None):
+    """A prepared split's ``(engagement, seen, ranks)`` under other funnel-stage weights (``engagement_weights``).
 
-    The asset applies the weights when it collects the pairs from Spark; a prepared split was collected once with
-    the default ones (:func:`spark_jobs.model.inputs.default_engagement_weights`), which differ per stage, so each
-    pair's deepest stage is read back from its weight. A stage given weight 0 makes its pairs seen, not engaged.
+    The asset applies the weights when it collects the pairs from Spark (its history pools follow them too); a
+    prepared split was collected once with the default ones
+    (:func:`spark_jobs.model.inputs.default_engagement_weights`), which differ per stage, so each pair's deepest
+    stage is read back from its weight. A stage given weight 0 makes its pairs seen, not engaged.
 
     Args:
         engagement: ``(user_idx, item_idx, weight)`` collected with the default weights.
         seen: ``(user_idx, item_idx)`` of the seen-only pairs, or ``None``.
         weights: the weight of each stage of the default funnel.
+        ranks: the pairs' recency ranks (``ModelInputs.engagement_recency``), or ``None``; those of the pairs that
+            stay engaged are returned.
     """
     import numpy as np
 
@@ -247,7 +248,7 @@ def reweighted_engagement(engagement, seen, weights):
     engaged = new > 0
     seen_u, seen_i = (np.empty(0, dtype=users.dtype),) * 2 if seen is None else seen
     seen = (np.concatenate([seen_u, users[~engaged]]), np.concatenate([seen_i, items[~engaged]]))
-    return (users[engaged], items[engaged], new[engaged]), seen
+    return (users[engaged], items[engaged], new[engaged]), seen, None if ranks is None else np.asarray(ranks)[engaged]
 
 
 def run_variant(data, inputs, overrides: dict, k: int) -> dict:

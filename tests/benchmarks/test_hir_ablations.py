@@ -86,10 +86,12 @@ def test_engagement_weights_reweight_the_prepared_pairs_by_their_stage(prepared)
     default = [0.0, 1.0, 10 ** 0.5, 10.0]
     engagement = (np.array([0, 0, 1]), np.array([5, 6, 7]), np.array(default[1:], dtype=np.float32))
     seen = (np.array([2]), np.array([8]))
-    (users, items, weight), (seen_u, seen_i) = bench.reweighted_engagement(engagement, seen, [0, 1, 1, 1])
+    (users, items, weight), (seen_u, seen_i), ranks = bench.reweighted_engagement(engagement, seen, [0, 1, 1, 1])
     assert (users.tolist(), items.tolist(), weight.tolist(), seen_u.tolist()) == ([0, 0, 1], [5, 6, 7], [1, 1, 1], [2])
-    (users, items, weight), (seen_u, seen_i) = bench.reweighted_engagement(engagement, None, [0, 0, 2, 5])
-    assert (users.tolist(), items.tolist(), weight.tolist()) == ([0, 1], [6, 7], [2, 5])
+    assert ranks is None
+    (users, items, weight), (seen_u, seen_i), ranks = bench.reweighted_engagement(engagement, None, [0, 0, 2, 5],
+                                                                                  np.array([4, 2, 0]))
+    assert (users.tolist(), items.tolist(), weight.tolist(), ranks.tolist()) == ([0, 1], [6, 7], [2, 5], [2, 0])
     assert (seen_u.tolist(), seen_i.tolist()) == ([0], [5])
     with pytest.raises(SystemExit, match="4 stage weights"):
         bench.reweighted_engagement(engagement, seen, [1, 1])
@@ -113,5 +115,6 @@ def test_recency_half_life_weighs_the_prepared_pairs_by_their_rank(prepared):
     ranked = dataclasses.replace(inputs, engagement_recency=ranks)
     trainer = bench.make_trainer(ranked, {**tiny, "recency_half_life": 2.0})
     np.testing.assert_allclose(trainer.pairs[2], inputs.engagement[2] * 2.0 ** (-ranks / 2.0), rtol=1e-6)
-    with pytest.raises(SystemExit, match="not both"):
-        bench.make_trainer(ranked, {**tiny, "recency_half_life": 2.0, "engagement_weights": [0, 1, 1, 1]})
+    both = bench.make_trainer(dataclasses.replace(ranked, engagement=(*inputs.engagement[:2], np.full(
+        len(ranks), 10.0, dtype=np.float32))), {**tiny, "recency_half_life": 2.0, "engagement_weights": [0, 1, 1, 1]})
+    np.testing.assert_allclose(both.pairs[2], 2.0 ** (-ranks / 2.0), rtol=1e-6)  # stage weights, then recency
