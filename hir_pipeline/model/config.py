@@ -258,8 +258,9 @@ class TrainConfig:
             (``0, 1, 2, 3`` for the default funnel).
         recency_half_life: a user's engaged pairs are also weighted by how recent they are among its own actions:
             ``2 ** (-rank / recency_half_life)``, ``rank`` = how many of its engaged items it acted on later
-            (``ModelInputs.with_recency``); the weight drives the engagement loss's sampling and every history pool.
-            ``None``: no recency weighting (calendar decay only, ``GraphConfig.half_life_days``).
+            (``ModelInputs.with_recency``); the weight drives the engagement loss's sampling and every history pool,
+            so a user is mostly its last few dozen items. ``None``: no recency weighting (calendar decay only,
+            ``GraphConfig.half_life_days``, which cannot tell apart the items of one busy day).
         prototype_refinement_iters: after training, spherical k-means iterations over every node's head
             projection, started from the published network's learned prototypes, that move each prototype to the
             nodes it wins (``hir_pipeline.model.refine``; an emptied prototype is re-seeded at the worst-served node):
@@ -297,7 +298,7 @@ class TrainConfig:
     published_encoder: PublishedEncoder = "student"
     schedule_budget_s: float | None = None
     engagement_weights: tuple[float, ...] | None = None
-    recency_half_life: float | None = None
+    recency_half_life: float | None = 10.0
     prototype_refinement_iters: int = 20
     processes: int = 1
 

@@ -121,6 +121,7 @@ def _run_ranks(world: int, inputs_path: str, model: ModelConfig, out_dir, crash_
 
 def _one_process(inputs: ModelInputs, model: ModelConfig, train: TrainConfig = TRAIN) -> list[dict]:
     cfg = resolve_model_config(model, inputs)
+    inputs = inputs.with_recency(train.recency_half_life)
     return Trainer(cfg, train, inputs.features(cfg), inputs.broad_views, inputs.narrow_views,
                    inputs.engagement).fit()
 
@@ -138,6 +139,8 @@ def _curves(single: list[dict], ranks: list[dict]) -> dict[str, tuple[np.ndarray
 @pytest.mark.slow
 def test_without_in_step_randomness_two_ranks_reproduce_one_process(tmp_path):
     inputs = toy_inputs()
+    # with recency ranks: each rank weighs the pairs it loads exactly once, as one process does
+    inputs = dataclasses.replace(inputs, engagement_recency=(np.arange(len(inputs.engagement[0])) % 5).astype(np.int32))
     odd = dataclasses.replace(TRAIN, batch_size=15)  # 54 anchors: shards of 8 and 7, then 5 and 4
     ranks = _run_ranks(2, str(save_inputs(inputs, tmp_path / "inputs.pkl")), EXACT, tmp_path / "ranks", train=odd)
     # Every term sees the global batch: gradients averaged, the DINO and cross-entity means and the centers taken over

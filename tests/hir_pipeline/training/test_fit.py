@@ -112,8 +112,25 @@ def test_history_settings_change_the_fingerprint(inputs):
     for model, train in ((dataclasses.replace(MODEL, use_history=False), TRAIN),
                          (dataclasses.replace(MODEL, history_max_neighbours=3), TRAIN),
                          (dataclasses.replace(MODEL, exact_ids=False), TRAIN),
-                         (MODEL, dataclasses.replace(TRAIN, id_lr=0.01))):
+                         (MODEL, dataclasses.replace(TRAIN, id_lr=0.01)),
+                         (MODEL, dataclasses.replace(TRAIN, recency_half_life=None))):
         assert run_fingerprint(inputs, model, train) != base
+
+
+def test_recency_weighting_is_the_inputs_with_recency(inputs, straight, tmp_path):
+    """fit_and_embed weighs the pairs (sampling and history pools) exactly as ModelInputs.with_recency does."""
+    ranks = (np.arange(len(inputs.engagement[0])) % 4).astype(np.int32)
+    ranked = dataclasses.replace(inputs, engagement_recency=ranks)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        fitted = fit_and_embed(ranked, MODEL, TRAIN, tmp_path / "ranked")
+        by_hand = fit_and_embed(ranked.with_recency(TRAIN.recency_half_life), MODEL,
+                                dataclasses.replace(TRAIN, recency_half_life=None), tmp_path / "by_hand")
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_array_equal(fitted.inference.embeddings, by_hand.inference.embeddings)
+    assert not np.array_equal(fitted.inference.embeddings, straight.inference.embeddings)  # no ranks: no weighting
 
 
 def test_processes_change_the_fingerprint_only_above_one(inputs):
