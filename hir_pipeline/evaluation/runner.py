@@ -72,8 +72,8 @@ class EvaluationSettings:
         baselines: baselines to run, among ``popularity``, ``als``, ``lightgcn``, ``content``, ``random``.
         als: ALS grid.
         lightgcn: LightGCN settings.
-        seed: seed of the baselines (ALS initialisation and validation split, LightGCN, random; it replaces the
-            seeds of ``als`` and ``lightgcn``) and of the bootstrap resampling.
+        seed: seed of the baselines (ALS initialisation, and its random hold-out for data without a tuning split;
+            LightGCN, random; it replaces the seeds of ``als`` and ``lightgcn``) and of the bootstrap resampling.
         hir_seeds: HIR models trained on the split, with the training seeds ``seed, seed + 1, ...`` of the
             training config; HIR's rows are their per-user mean (each extra seed costs one more training).
         bootstrap_samples: resamples of the users for the paired intervals of HIR vs the baselines.
