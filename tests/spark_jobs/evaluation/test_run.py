@@ -1,5 +1,6 @@
-"""spark_jobs.evaluation.run: the inner validation split HIR is tuned on never trains HIR on a validation target, and
-an evaluation run with several HIR seeds reports their mean, the mean-user and random rows and the intervals."""
+"""spark_jobs.evaluation.run: the inner validation split follows the evaluation split's rules and never trains HIR on
+a validation target, and an evaluation run with several HIR seeds reports their mean, the mean-user and random rows
+and the intervals (as strict JSON)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import pytest
 from pyspark.sql import functions as F
 
 from hir_pipeline.contracts import EVENT_DATE_COLUMN, source_ddl
+from hir_pipeline.evaluation.bootstrap import paired_bootstrap
 from hir_pipeline.evaluation.data import COLD, VALIDATION, WARM, EvalData
-from hir_pipeline.evaluation.runner import EvaluationSettings
+from hir_pipeline.evaluation.runner import Comparison, EvaluationSettings
 from hir_pipeline.model.config import ModelConfig
 from spark_jobs.evaluation.run import (
     EvaluationJobConfig,
+    _comparison_details,
     evaluate_run,
     inner_split,
     prepare_evaluation,
@@ -60,6 +63,16 @@ def source(spark):
 def prepared(source):
     entities, relations, events = source
     return prepare_evaluation({"entities": entities, "relations": relations, "events": events}, None, RUN, CONFIG)
+
+
+def test_comparison_details_are_strict_json_when_a_baseline_scores_zero():
+    """The intervals reach Dagster metadata and the run's JSON details: a ratio over a baseline that hit nothing is
+    undefined and written as null, never as NaN (which strict JSON readers refuse)."""
+    hir, zero = np.array([0.5, 0.25, 0.0, 1.0]), np.zeros(4)
+    details = _comparison_details(Comparison(WARM, "best_baseline", "als", paired_bootstrap(hir, zero, samples=50)))
+    parsed = json.loads(json.dumps(details, allow_nan=False))
+    assert parsed["ratio"] is None and parsed["diff"] == pytest.approx(hir.mean())
+    assert (parsed["split"], parsed["baseline"], parsed["users"]) == (WARM, "als", 4)
 
 
 def _pairs(m, data: EvalData) -> set[tuple[str, str]]:
